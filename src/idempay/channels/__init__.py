@@ -1,0 +1,1 @@
+"""Channel adapters, one per channel, each implementing domain.ports.Channel."""

@@ -1,0 +1,66 @@
+"""The command line of API.md: serve, worker, simbank, merchant, operator, migrate, demo."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+
+from idempay import bootstrap, logs
+from idempay.config import ConfigError, Settings
+
+app = typer.Typer(help="idempay: charge each payment intent at most once, and always find out how it ended.",
+                  no_args_is_help=True, add_completion=False)  # fmt: skip
+merchant_app = typer.Typer(help="Manage merchants.", no_args_is_help=True)
+operator_app = typer.Typer(help="Manage operators (keys for /v1/ops/*).", no_args_is_help=True)
+app.add_typer(merchant_app, name="merchant")
+app.add_typer(operator_app, name="operator")
+
+
+def _settings() -> Settings:
+    try:
+        settings = Settings.from_env()
+    except ConfigError as e:
+        typer.echo(f"configuration error: {e}", err=True)
+        raise typer.Exit(2) from None
+    logs.configure(settings.log_format)
+    return settings
+
+
+async def _create(name: str, operator: bool) -> dict[str, str]:
+    container = await bootstrap.build(_settings(), channels={})
+    try:
+        pid, key = await bootstrap.create_principal(container.store, name, operator=operator)
+    finally:
+        await container.aclose()
+    return {"operator_id" if operator else "merchant_id": pid, "api_key": key}
+
+
+@merchant_app.command("create")
+def merchant_create(name: Annotated[str, typer.Argument(help="The merchant's display name.")]) -> None:
+    """Create a merchant; print {"merchant_id", "api_key"} (the key is shown only this once)."""
+    typer.echo(json.dumps(asyncio.run(_create(name, operator=False))))
+
+
+@operator_app.command("create")
+def operator_create(name: Annotated[str, typer.Argument(help="The operator's display name.")]) -> None:
+    """Create an operator; print {"operator_id", "api_key"} (the key is shown only this once)."""
+    typer.echo(json.dumps(asyncio.run(_create(name, operator=True))))
+
+
+@app.command()
+def migrate() -> None:
+    """Create or upgrade the schema of IDEMPAY_DATABASE_URL."""
+
+    async def run() -> None:
+        container = await bootstrap.build(_settings(), channels={})
+        await container.aclose()
+
+    asyncio.run(run())
+    typer.echo("schema is up to date", err=True)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,75 @@
+"""Settings from the environment (API.md, Configuration), read once at start."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_CHANNELS = {
+    "simbank": {"kind": "simbank", "base_url": "http://127.0.0.1:8765", "secret": "simbank-dev-secret"}
+}
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = "sqlite:///./idempay.db"
+    redis_url: str | None = None
+    max_amount: int = 100_000_000_000
+    channels: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: DEFAULT_CHANNELS)
+    public_url: str = "http://127.0.0.1:8000"
+    channel_timeout_s: float = 10.0  # the deadline of one channel call
+    stale_pending_s: float = 30.0  # a PENDING instruction older than this is treated as UNKNOWN
+    idempotency_ttl_s: int = 24 * 3600
+    max_body_bytes: int = 64 * 1024
+    log_format: str = "auto"  # auto | json | console
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(
+            database_url=env.get("IDEMPAY_DATABASE_URL", d.database_url),
+            redis_url=env.get("IDEMPAY_REDIS_URL") or None,
+            max_amount=_int(env, "IDEMPAY_MAX_AMOUNT", d.max_amount, hi=2**63 - 1),
+            channels=_channels(env.get("IDEMPAY_CHANNELS")),
+            public_url=env.get("IDEMPAY_PUBLIC_URL", d.public_url).rstrip("/"),
+            channel_timeout_s=_int(env, "IDEMPAY_CHANNEL_TIMEOUT_MS", 10_000) / 1000,
+            stale_pending_s=_int(env, "IDEMPAY_STALE_PENDING_MS", 30_000) / 1000,
+            idempotency_ttl_s=_int(env, "IDEMPAY_IDEMPOTENCY_TTL_S", d.idempotency_ttl_s),
+            max_body_bytes=_int(env, "IDEMPAY_MAX_BODY_BYTES", d.max_body_bytes),
+            log_format=env.get("IDEMPAY_LOG_FORMAT", d.log_format),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int, hi: int = 2**62) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if not 1 <= value <= hi:
+        raise ConfigError(f"{name} must be between 1 and {hi}")
+    return value
+
+
+def _channels(raw: str | None) -> Mapping[str, Mapping[str, Any]]:
+    if not raw:
+        return DEFAULT_CHANNELS
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"IDEMPAY_CHANNELS is not JSON: {e}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) and "kind" in v for k, v in value.items()
+    ):
+        raise ConfigError('IDEMPAY_CHANNELS must map names to {"kind": ..., ...}')
+    return value

@@ -1,0 +1,1 @@
+"""The domain: money, states, errors and ports. Pure Python, no I/O, no framework imports."""

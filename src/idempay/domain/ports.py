@@ -1,0 +1,145 @@
+"""The ports (Protocols) the services depend on: Store, Channel, Clock, FrontLock."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from idempay.domain.model import Instruction, OpKind, Payment, PaymentView, Principal
+from idempay.domain.states import Entity
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
+
+
+# --- channel -----------------------------------------------------------------------------------
+
+
+class ChannelStatus(StrEnum):
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    PROCESSING = "PROCESSING"
+    NOT_FOUND = "NOT_FOUND"  # query only: the channel never received this request_id
+    CLOSED = "CLOSED"  # close only: the request_id is closed and can never execute
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelOp:
+    """One operation as the channel sees it; `request_id` is the channel's idempotency key."""
+
+    request_id: str
+    kind: OpKind
+    payment_ref: str
+    amount: int
+    currency: str
+    notify_url: str | None = None
+    receiver_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelAnswer:
+    request_id: str
+    status: ChannelStatus
+    amount: int | None = None
+    currency: str | None = None
+    channel_txn_id: str | None = None
+    reason: str | None = None
+
+
+class Channel(Protocol):
+    """A bank or provider. `execute` may raise OutcomeUnknown, NotSent or Declined."""
+
+    name: str
+
+    async def execute(self, op: ChannelOp) -> ChannelAnswer: ...
+
+    async def query(self, kind: OpKind, request_id: str) -> ChannelAnswer: ...
+
+    async def close(self, kind: OpKind, request_id: str) -> ChannelAnswer: ...
+
+
+# --- front lock --------------------------------------------------------------------------------
+
+
+class FrontLock(Protocol):
+    """A cheap, optional, never-authoritative lock in front of the database."""
+
+    async def acquire(self, key: str, ttl_ms: int) -> str | None:
+        """A token when acquired, None when someone else holds it (or the lock is unusable)."""
+        ...
+
+    async def release(self, key: str, token: str) -> None: ...
+
+
+# --- store -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One compare-and-set: `entity` `id` from `frm` to `to`, with extra column `values`."""
+
+    entity: Entity
+    id: str
+    frm: str
+    to: str
+    reason: str
+    actor: str
+    values: dict[str, Any] | None = None
+
+
+class Tx(Protocol):
+    """One database transaction. Every method is part of it; nothing commits until it ends."""
+
+    async def insert_payment(self, payment: Payment) -> None:
+        """Raises DuplicateKey('payment_biz_no') when (merchant_id, biz_no) exists."""
+        ...
+
+    async def insert_instruction(self, instruction: Instruction) -> None:
+        """Raises DuplicateKey('instruction_live') when the owner has a live instruction."""
+        ...
+
+    async def transition(self, change: Change, *, event: str | None = None) -> bool:
+        """The compare-and-set: True when this call moved the row, False when the row was not
+        in `frm` (someone else won). Writes the log row (and outbox event) when it moved."""
+        ...
+
+    async def log(self, entity: Entity, id: str, frm: str | None, to: str, reason: str,
+                  actor: str) -> None: ...  # fmt: skip
+
+    async def add_event(self, merchant_id: str, kind: str, object_id: str,
+                        data: dict[str, Any]) -> None: ...  # fmt: skip
+
+    async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None: ...
+
+
+class Store(Protocol):
+    def begin(self) -> AbstractAsyncContextManager[Tx]:
+        """A write transaction (SQLite: BEGIN IMMEDIATE)."""
+        ...
+
+    async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None: ...
+
+    async def get_payment_by_id(self, payment_id: str) -> Payment | None: ...
+
+    async def payment_view(self, payment: Payment) -> PaymentView: ...
+
+    async def get_instruction(self, request_id: str) -> Instruction | None: ...
+
+    async def list_payments(
+        self, merchant_id: str, *, order_no: str | None, status: str | None,
+        limit: int, before_id: str | None,
+    ) -> list[Payment]: ...  # fmt: skip
+
+    async def find_principal(self, key_hash: str) -> Principal | None: ...
+
+    async def add_merchant(self, merchant_id: str, name: str, key_hash: str) -> None: ...
+
+    async def add_operator(self, operator_id: str, name: str, key_hash: str) -> None: ...
+
+    async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]: ...

@@ -1,0 +1,305 @@
+"""The charge path: create-or-get by (merchant, biz_no), write ahead, send once, record by CAS."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+import structlog
+
+from idempay.domain.errors import (
+    BizNoReused,
+    Declined,
+    DuplicateKey,
+    InvalidRequest,
+    InvalidState,
+    NotFound,
+    NotSent,
+    OutcomeUnknown,
+)
+from idempay.domain.model import (
+    ChargeResult,
+    Instruction,
+    OpKind,
+    Payment,
+    PaymentView,
+    check_identifier,
+    digest,
+    new_id,
+)
+from idempay.domain.money import check_amount, check_currency
+from idempay.domain.ports import Change, Channel, ChannelAnswer, ChannelOp, ChannelStatus, Clock, Store, Tx
+from idempay.domain.states import Entity, InstructionStatus, PaymentStatus, payment_status_for
+
+log = structlog.get_logger(__name__)
+
+I, P = InstructionStatus, PaymentStatus
+# Written in transaction A, with the payment: lets a caller (the API's Idempotency-Key record)
+# add its own rows to the same transaction, so one never exists without the other.
+OnCreate = Callable[[Tx, Payment], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeCommand:
+    biz_no: str
+    order_no: str
+    amount: int
+    currency: str
+    channel: str
+    description: str | None = None
+    notify_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentPolicy:
+    max_amount: int = 100_000_000_000
+    channel_timeout_s: float = 10.0
+    stale_pending_s: float = 30.0
+    first_query_after_s: float = 2.0
+    public_url: str = "http://127.0.0.1:8000"
+
+
+class Payments:
+    """Charges, replays, retries and closes payments. The channel is called at most once per
+    instruction from here; everything else is resolved by query (services/resolution.py)."""
+
+    def __init__(
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        clock: Clock,
+        policy: PaymentPolicy | None = None,
+    ) -> None:
+        self.store = store
+        self.channels = channels
+        self.clock = clock
+        self.policy = policy or PaymentPolicy()
+
+    # --- queries -------------------------------------------------------------------------------
+
+    async def get(self, merchant_id: str, biz_no: str) -> PaymentView:
+        payment = await self.store.get_payment(merchant_id, check_identifier(biz_no, "biz_no"))
+        if payment is None:
+            raise NotFound(f"no payment {biz_no}")
+        return await self.store.payment_view(payment)
+
+    # --- create or get -------------------------------------------------------------------------
+
+    def validate(self, cmd: ChargeCommand) -> ChargeCommand:
+        check_identifier(cmd.biz_no, "biz_no")
+        check_identifier(cmd.order_no, "order_no")
+        check_amount(cmd.amount, self.policy.max_amount)
+        check_currency(cmd.currency)
+        if cmd.channel not in self.channels:
+            raise InvalidRequest(f"unknown channel {cmd.channel!r}", field="channel")
+        return cmd
+
+    async def charge(
+        self, merchant_id: str, cmd: ChargeCommand, *, on_create: OnCreate | None = None
+    ) -> ChargeResult:
+        """Create the payment and charge it once, or answer the one that exists."""
+        self.validate(cmd)
+        existing = await self.store.get_payment(merchant_id, cmd.biz_no)
+        if existing is not None:
+            return await self._replay(existing, cmd)
+        now = self.clock.now()
+        payment = Payment(
+            id=new_id("pay", now), merchant_id=merchant_id, biz_no=cmd.biz_no,
+            order_no=cmd.order_no, amount=cmd.amount, currency=cmd.currency, channel=cmd.channel,
+            status=P.PROCESSING, attempt=1, refunded_amount=0, split_amount=0, reserved_amount=0,
+            description=cmd.description, notify_url=cmd.notify_url, version=1,
+            created_at=now, updated_at=now,
+        )  # fmt: skip
+        instruction = self._instruction(payment)
+        actor = f"merchant:{merchant_id}"
+        try:
+            async with self.store.begin() as tx:
+                await tx.insert_payment(payment)
+                await tx.insert_instruction(instruction)
+                await tx.log(Entity.PAYMENT, payment.id, None, P.PROCESSING,
+                             f"created; instruction {instruction.request_id} written", actor)  # fmt: skip
+                await tx.log(Entity.INSTRUCTION, instruction.request_id, None, I.PENDING,
+                             "written before sending", actor)  # fmt: skip
+                if on_create is not None:
+                    await on_create(tx, payment)
+        except DuplicateKey:  # a concurrent request with the same biz_no won the insert
+            existing = await self.store.get_payment(merchant_id, cmd.biz_no)
+            if existing is None:  # pragma: no cover - the winner's row is committed by now
+                raise
+            return await self._replay(existing, cmd)
+        view = await self._send(payment, instruction)
+        return ChargeResult(view, created=True, replayed=False)
+
+    async def _replay(self, existing: Payment, cmd: ChargeCommand) -> ChargeResult:
+        differing = tuple(
+            name
+            for name, ours in (("amount", existing.amount), ("currency", existing.currency),
+                               ("order_no", existing.order_no), ("channel", existing.channel))
+            if getattr(cmd, name) != ours
+        )  # fmt: skip
+        if differing:
+            raise BizNoReused(
+                f"biz_no {cmd.biz_no} exists with a different {', '.join(differing)}",
+                fields=differing,
+            )
+        log.info("payment.replayed", merchant_id=existing.merchant_id, biz_no=existing.biz_no,
+                 status=existing.status)  # fmt: skip
+        return ChargeResult(await self.store.payment_view(existing), created=False, replayed=True)
+
+    # --- retry and close -----------------------------------------------------------------------
+
+    async def retry(self, merchant_id: str, biz_no: str, amount: int | None = None) -> ChargeResult:
+        """FAILED -> INIT -> PROCESSING with a new instruction (new request_id)."""
+        current = await self._must_get(merchant_id, biz_no)
+        if current.status != P.FAILED:
+            raise InvalidState(f"retry needs FAILED, payment is {current.status}", status=current.status)
+        new_amount = current.amount if amount is None else check_amount(amount, self.policy.max_amount)
+        payment = replace(current, amount=new_amount, attempt=current.attempt + 1)
+        instruction = self._instruction(payment)
+        actor = f"merchant:{merchant_id}"
+        reason = f"retry as attempt {payment.attempt}"
+        if new_amount != current.amount:
+            reason += f"; amount changed {current.amount} -> {new_amount}"
+        try:
+            async with self.store.begin() as tx:
+                values = {"attempt": payment.attempt, "amount": new_amount}
+                if not await tx.transition(
+                    Change(Entity.PAYMENT, current.id, P.FAILED, P.INIT, reason, actor, values)
+                ):
+                    raise _LostRace
+                await tx.insert_instruction(instruction)
+                await tx.log(Entity.INSTRUCTION, instruction.request_id, None, I.PENDING,
+                             "written before sending", actor)  # fmt: skip
+                moved = await tx.transition(
+                    Change(Entity.PAYMENT, current.id, P.INIT, P.PROCESSING,
+                           f"instruction {instruction.request_id} written", actor),
+                    event="payment.processing",
+                )  # fmt: skip
+                assert moved, "INIT -> PROCESSING inside the transaction that set INIT"
+        except (_LostRace, DuplicateKey):
+            now = await self._must_get(merchant_id, biz_no)
+            raise InvalidState(f"retry needs FAILED, payment is {now.status}", status=now.status) from None
+        view = await self._send(replace(payment, status=P.PROCESSING), instruction)
+        return ChargeResult(view, created=True, replayed=False)
+
+    async def close(self, merchant_id: str, biz_no: str) -> PaymentView:
+        current = await self._must_get(merchant_id, biz_no)
+        if current.status not in (P.INIT, P.FAILED):
+            raise InvalidState(f"close needs INIT or FAILED, payment is {current.status}",
+                               status=current.status)  # fmt: skip
+        async with self.store.begin() as tx:
+            moved = await tx.transition(
+                Change(Entity.PAYMENT, current.id, current.status, P.CLOSED, "closed by merchant",
+                       f"merchant:{merchant_id}"),
+                event="payment.closed",
+            )  # fmt: skip
+        latest = await self._must_get(merchant_id, biz_no)
+        if not moved:
+            raise InvalidState(f"close needs INIT or FAILED, payment is {latest.status}",
+                               status=latest.status)  # fmt: skip
+        return await self.store.payment_view(latest)
+
+    async def _must_get(self, merchant_id: str, biz_no: str) -> Payment:
+        payment = await self.store.get_payment(merchant_id, check_identifier(biz_no, "biz_no"))
+        if payment is None:
+            raise NotFound(f"no payment {biz_no}")
+        return payment
+
+    # --- the channel call and transaction B ----------------------------------------------------
+
+    def _instruction(self, payment: Payment) -> Instruction:
+        now = self.clock.now()
+        request_id = new_id("req", now)
+        body = {"request_id": request_id, "kind": OpKind.PAY.value, "payment_ref": payment.id,
+                "amount": payment.amount, "currency": payment.currency}  # fmt: skip
+        return Instruction(
+            request_id=request_id, merchant_id=payment.merchant_id, payment_id=payment.id,
+            owner_kind=Entity.PAYMENT.value, owner_id=payment.id, kind=OpKind.PAY.value,
+            channel=payment.channel, amount=payment.amount, currency=payment.currency,
+            status=I.PENDING, attempt=payment.attempt, digest=digest(body), send_count=1,
+            query_count=0, next_query_at=now + timedelta(seconds=self.policy.stale_pending_s),
+            last_error=None, channel_txn_id=None, version=1, created_at=now, updated_at=now,
+        )  # fmt: skip
+
+    async def _send(self, payment: Payment, instruction: Instruction) -> PaymentView:
+        op = ChannelOp(
+            request_id=instruction.request_id, kind=OpKind.PAY, payment_ref=payment.id,
+            amount=instruction.amount, currency=instruction.currency,
+            notify_url=f"{self.policy.public_url}/v1/channels/{payment.channel}/notify",
+        )  # fmt: skip
+        outcome, error, txn_id = await self._call(self.channels[payment.channel], op)
+        await self.record(instruction, payment, outcome, error=error, txn_id=txn_id, actor="channel")
+        latest = await self.store.get_payment_by_id(payment.id)
+        assert latest is not None
+        return await self.store.payment_view(latest)
+
+    async def _call(self, channel: Channel, op: ChannelOp) -> tuple[InstructionStatus, str | None, str | None]:
+        """Send once with a deadline. Only a definitive answer is SUCCESS or FAILED; anything
+        that leaves the channel's side in doubt is UNKNOWN, never FAILED."""
+        bound = log.bind(request_id=op.request_id, payment_id=op.payment_ref)
+        try:
+            async with asyncio.timeout(self.policy.channel_timeout_s):
+                answer = await channel.execute(op)
+        except Declined as e:
+            return I.FAILED, f"declined: {e.detail}", None
+        except NotSent as e:
+            return I.FAILED, f"not sent: {e.detail}", None
+        except (OutcomeUnknown, TimeoutError) as e:
+            bound.warning("channel.outcome_unknown", error=str(e) or type(e).__name__)
+            return I.UNKNOWN, (str(e) or "deadline exceeded")[:256], None
+        except Exception as e:  # an adapter defect must not turn into FAILED either
+            bound.exception("channel.unexpected_error")
+            return I.UNKNOWN, f"unexpected: {type(e).__name__}", None
+        return self._status_of(answer, op)
+
+    @staticmethod
+    def _status_of(answer: ChannelAnswer, op: ChannelOp) -> tuple[InstructionStatus, str | None, str | None]:
+        if answer.amount is not None and (answer.amount, answer.currency) != (op.amount, op.currency):
+            return I.UNKNOWN, f"channel answered {answer.amount} {answer.currency}", answer.channel_txn_id
+        mapped = {ChannelStatus.SUCCESS: I.SUCCESS, ChannelStatus.FAILED: I.FAILED,
+                  ChannelStatus.PROCESSING: I.PROCESSING}.get(answer.status, I.UNKNOWN)  # fmt: skip
+        return mapped, answer.reason, answer.channel_txn_id
+
+    async def record(
+        self,
+        instruction: Instruction,
+        payment: Payment,
+        outcome: InstructionStatus,
+        *,
+        error: str | None,
+        txn_id: str | None,
+        actor: str,
+    ) -> bool:
+        """Transaction B: CAS the instruction from what it was, and the payment with it.
+        False when another actor (callback, worker) moved it first: the caller re-reads."""
+        if outcome == instruction.status:
+            return False
+        now = self.clock.now()
+        values: dict[str, object] = {"last_error": error, "channel_txn_id": txn_id}
+        if outcome in (I.UNKNOWN, I.PROCESSING):
+            values["next_query_at"] = now + timedelta(seconds=self.policy.first_query_after_s)
+        pay_from = P.PROCESSING if instruction.status in (I.PENDING, I.PROCESSING) else P.UNKNOWN
+        pay_to = payment_status_for(outcome)
+        async with self.store.begin() as tx:
+            if not await tx.transition(
+                Change(Entity.INSTRUCTION, instruction.request_id, instruction.status, outcome,
+                       error or f"channel answered {outcome}", actor, values)
+            ):  # fmt: skip
+                return False
+            if pay_to != pay_from:
+                moved = await tx.transition(
+                    Change(Entity.PAYMENT, payment.id, pay_from, pay_to,
+                           f"instruction {instruction.request_id} {outcome}", actor),
+                    event=f"payment.{pay_to.lower()}",
+                )  # fmt: skip
+                if not moved:
+                    raise InvalidState(f"payment {payment.id} is not {pay_from}")
+        log.info("instruction.recorded", request_id=instruction.request_id,
+                 merchant_id=payment.merchant_id, biz_no=payment.biz_no, status=outcome)  # fmt: skip
+        return True
+
+
+class _LostRace(Exception):
+    """Another request moved the row first."""

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy 2 Core tables, the portable store, dialect bits and Alembic migrations."""

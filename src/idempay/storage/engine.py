@@ -1,0 +1,44 @@
+"""Turns IDEMPAY_DATABASE_URL into an async engine with the driver idempay chooses."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from idempay.storage import sqlite
+
+DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+    "mysql": "mysql+asyncmy",
+    "mariadb": "mysql+asyncmy",
+}
+
+
+def async_url(url: str) -> URL:
+    """`postgresql://…` -> `postgresql+psycopg://…`, `mysql://…` -> `mysql+asyncmy://…`, …"""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in DRIVERS:
+        raise ValueError(f"unsupported database {backend!r}: use sqlite, postgresql or mysql")
+    parsed = parsed.set(drivername=DRIVERS[backend])
+    if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def create_engine(url: str, *, pool_size: int = 10, null_pool: bool = False) -> AsyncEngine:
+    u = async_url(url)
+    kwargs: dict[str, object] = {}
+    if null_pool:
+        kwargs["poolclass"] = NullPool
+    elif u.get_backend_name() != "sqlite":
+        kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+    if u.get_backend_name() == "mysql":
+        kwargs["isolation_level"] = "READ COMMITTED"
+    engine = create_async_engine(u, **kwargs)  # type: ignore[arg-type]
+    if u.get_backend_name() == "sqlite":
+        sqlite.configure(engine)
+    return engine

@@ -1,0 +1,212 @@
+"""The portable queries, including the one compare-and-set transition every status change uses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, fields
+from typing import Any
+
+from sqlalchemy import Row, Table, and_, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from idempay.domain import states
+from idempay.domain.errors import DuplicateKey
+from idempay.domain.model import Instruction, Payment, PaymentView, Principal, new_id
+from idempay.domain.ports import Change, Clock
+from idempay.domain.states import Entity
+from idempay.storage import tables as t
+from idempay.storage.sqlite import WRITE_OPTION
+
+TABLES: dict[Entity, tuple[Table, str]] = {
+    Entity.PAYMENT: (t.payments, "id"),
+    Entity.INSTRUCTION: (t.instructions, "request_id"),
+}
+
+_PAYMENT_COLS = [f.name for f in fields(Payment)]
+_INSTRUCTION_COLS = [f.name for f in fields(Instruction)]
+
+
+def to_payment(row: Row[Any]) -> Payment:
+    m = row._mapping
+    return Payment(**{c: m[c] for c in _PAYMENT_COLS})
+
+
+def to_instruction(row: Row[Any]) -> Instruction:
+    m = row._mapping
+    return Instruction(**{c: m[c] for c in _INSTRUCTION_COLS})
+
+
+class SqlTx:
+    """One transaction on one connection; see ports.Tx."""
+
+    def __init__(self, conn: AsyncConnection, clock: Clock) -> None:
+        self.conn = conn
+        self.clock = clock
+
+    async def insert_payment(self, payment: Payment) -> None:
+        try:
+            await self.conn.execute(insert(t.payments).values(**asdict(payment)))
+        except IntegrityError as e:
+            raise DuplicateKey("payment_biz_no") from e
+
+    async def insert_instruction(self, instruction: Instruction) -> None:
+        try:
+            await self.conn.execute(insert(t.instructions).values(**asdict(instruction)))
+        except IntegrityError as e:
+            raise DuplicateKey("instruction_live") from e
+
+    async def transition(self, change: Change, *, event: str | None = None) -> bool:
+        states.check(change.entity, change.frm, change.to)
+        table, pk = TABLES[change.entity]
+        now = self.clock.now()
+        stmt = (
+            update(table)
+            .where(table.c[pk] == change.id, table.c.status == change.frm)
+            .values(status=change.to, version=table.c.version + 1, updated_at=now,
+                    **(change.values or {}))
+        )  # fmt: skip
+        result = await self.conn.execute(stmt)
+        if result.rowcount != 1:
+            return False
+        await self.log(change.entity, change.id, change.frm, change.to, change.reason, change.actor)
+        if event is not None:
+            row = (await self.conn.execute(select(table).where(table.c[pk] == change.id))).one()
+            data = {k: _jsonable(v) for k, v in row._mapping.items()}
+            await self.add_event(data["merchant_id"], event, change.id, data)
+        return True
+
+    async def log(
+        self, entity: Entity, id: str, frm: str | None, to: str, reason: str, actor: str
+    ) -> None:
+        await self.conn.execute(
+            insert(t.transitions).values(
+                entity=entity.value, entity_id=id, from_status=frm, to_status=to,
+                reason=reason[:512], actor=actor[:64], created_at=self.clock.now(),
+            )
+        )  # fmt: skip
+
+    async def add_event(
+        self, merchant_id: str, kind: str, object_id: str, data: dict[str, Any]
+    ) -> None:
+        now = self.clock.now()
+        await self.conn.execute(
+            insert(t.outbox).values(
+                id=new_id("evt", now), merchant_id=merchant_id, kind=kind, object_id=object_id,
+                data=json.dumps(data, sort_keys=True), next_attempt_at=now, created_at=now,
+            )
+        )  # fmt: skip
+
+    async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
+        return await _get_payment(self.conn, merchant_id, biz_no)
+
+
+def _jsonable(v: Any) -> Any:
+    return v.isoformat() if hasattr(v, "isoformat") else v
+
+
+async def _get_payment(conn: AsyncConnection, merchant_id: str, biz_no: str) -> Payment | None:
+    q = select(t.payments).where(t.payments.c.merchant_id == merchant_id,
+                                 t.payments.c.biz_no == biz_no)  # fmt: skip
+    row = (await conn.execute(q)).first()
+    return to_payment(row) if row else None
+
+
+class SqlStore:
+    """The Store port over SQLAlchemy Core; the same code on SQLite, PostgreSQL and MariaDB."""
+
+    def __init__(self, engine: AsyncEngine, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[SqlTx]:
+        async with self.engine.connect() as conn:
+            await conn.execution_options(**{WRITE_OPTION: True})
+            async with conn.begin():
+                yield SqlTx(conn, self.clock)
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            yield conn
+
+    async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
+        async with self._read() as conn:
+            return await _get_payment(conn, merchant_id, biz_no)
+
+    async def get_payment_by_id(self, payment_id: str) -> Payment | None:
+        async with self._read() as conn:
+            row = (await conn.execute(select(t.payments).where(t.payments.c.id == payment_id))).first()
+            return to_payment(row) if row else None
+
+    async def payment_view(self, payment: Payment) -> PaymentView:
+        q = (
+            select(t.instructions)
+            .where(t.instructions.c.payment_id == payment.id,
+                   t.instructions.c.owner_kind == Entity.PAYMENT.value)
+            .order_by(t.instructions.c.attempt, t.instructions.c.created_at)
+        )  # fmt: skip
+        async with self._read() as conn:
+            rows = (await conn.execute(q)).all()
+        return PaymentView(payment, tuple(to_instruction(r) for r in rows))
+
+    async def get_instruction(self, request_id: str) -> Instruction | None:
+        q = select(t.instructions).where(t.instructions.c.request_id == request_id)
+        async with self._read() as conn:
+            row = (await conn.execute(q)).first()
+        return to_instruction(row) if row else None
+
+    async def list_payments(
+        self,
+        merchant_id: str,
+        *,
+        order_no: str | None,
+        status: str | None,
+        limit: int,
+        before_id: str | None,
+    ) -> list[Payment]:
+        c = t.payments.c
+        cond = [c.merchant_id == merchant_id]
+        if order_no is not None:
+            cond.append(c.order_no == order_no)
+        if status is not None:
+            cond.append(c.status == status)
+        if before_id is not None:
+            cond.append(c.id < before_id)
+        q = select(t.payments).where(and_(*cond)).order_by(c.id.desc()).limit(limit)
+        async with self._read() as conn:
+            return [to_payment(r) for r in (await conn.execute(q)).all()]
+
+    async def find_principal(self, key_hash: str) -> Principal | None:
+        async with self._read() as conn:
+            for table, is_op in ((t.merchants, False), (t.operators, True)):
+                q = select(table.c.id, table.c.name).where(table.c.api_key_hash == key_hash)
+                row = (await conn.execute(q)).first()
+                if row:
+                    return Principal(row.id, row.name, is_operator=is_op)
+        return None
+
+    async def add_merchant(self, merchant_id: str, name: str, key_hash: str) -> None:
+        await self._add_principal(t.merchants, merchant_id, name, key_hash)
+
+    async def add_operator(self, operator_id: str, name: str, key_hash: str) -> None:
+        await self._add_principal(t.operators, operator_id, name, key_hash)
+
+    async def _add_principal(self, table: Table, id: str, name: str, key_hash: str) -> None:
+        async with self.begin() as tx:
+            await tx.conn.execute(
+                insert(table).values(id=id, name=name, api_key_hash=key_hash,
+                                     created_at=self.clock.now())
+            )  # fmt: skip
+
+    async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]:
+        q = (
+            select(t.transitions)
+            .where(t.transitions.c.entity_id == id, t.transitions.c.entity == entity.value)
+            .order_by(t.transitions.c.id)
+        )
+        async with self._read() as conn:
+            return [dict(r._mapping) for r in (await conn.execute(q)).all()]

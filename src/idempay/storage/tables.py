@@ -1,0 +1,195 @@
+"""Every table and constraint. Money is BIGINT minor units; times are naive UTC in the database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    event,
+    text,
+)
+
+from idempay.storage.mysql import mysql_live_instruction_ddl
+
+from idempay.domain.states import LIVE_INSTRUCTION
+
+naming = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+}
+# MariaDB compares case-insensitively by default; identifiers here are case-sensitive.
+MYSQL = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+metadata = MetaData(naming_convention=naming)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC, answers aware UTC, on every dialect alike."""
+
+    impl = DateTime(timezone=False)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # SQLite may hand back text
+            value = datetime.fromisoformat(value)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+ID = String(48)
+CODE = String(16)
+KEY = String(64)  # client identifiers: ^[A-Za-z0-9_.:-]{1,64}$
+LogId = BigInteger().with_variant(Integer(), "sqlite")
+
+merchants = Table(
+    "merchants",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("api_key_hash", String(64), nullable=False, unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    **MYSQL,
+)
+
+operators = Table(
+    "operators",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("api_key_hash", String(64), nullable=False, unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    **MYSQL,
+)
+
+payments = Table(
+    "payments",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("merchant_id", ID, nullable=False),
+    Column("biz_no", KEY, nullable=False),
+    Column("order_no", KEY, nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("channel", String(32), nullable=False),
+    Column("status", CODE, nullable=False),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    Column("refunded_amount", BigInteger, nullable=False, server_default=text("0")),
+    Column("split_amount", BigInteger, nullable=False, server_default=text("0")),
+    Column("reserved_amount", BigInteger, nullable=False, server_default=text("0")),
+    Column("description", String(256)),
+    Column("notify_url", String(2048)),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("merchant_id", "biz_no", name="uq_payments_biz_no"),
+    Index("ix_payments_order", "merchant_id", "order_no", "id"),
+    Index("ix_payments_status", "merchant_id", "status", "id"),
+    **MYSQL,
+)
+
+_live = "status IN ({})".format(", ".join(f"'{s}'" for s in sorted(LIVE_INSTRUCTION)))
+
+instructions = Table(
+    "instructions",
+    metadata,
+    Column("request_id", ID, primary_key=True),
+    Column("merchant_id", ID, nullable=False),
+    Column("payment_id", ID, nullable=False),
+    Column("owner_kind", CODE, nullable=False),
+    Column("owner_id", ID, nullable=False),
+    Column("kind", CODE, nullable=False),
+    Column("channel", String(32), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("receiver_id", KEY),
+    Column("status", CODE, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("send_count", Integer, nullable=False, server_default=text("0")),
+    Column("query_count", Integer, nullable=False, server_default=text("0")),
+    Column("next_query_at", UTCDateTime),
+    Column("last_error", String(256)),
+    Column("channel_txn_id", String(64)),
+    Column("lease_owner", String(64)),
+    Column("lease_until", UTCDateTime),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_instructions_payment", "payment_id"),
+    Index("ix_instructions_due", "status", "next_query_at"),
+    # At most one live instruction per owner. PostgreSQL and SQLite: a partial unique index.
+    # MariaDB has none; its migration adds a generated column instead (storage/mysql.py).
+    Index(
+        "uq_instructions_live",
+        "owner_id",
+        unique=True,
+        postgresql_where=text(_live),
+        sqlite_where=text(_live),
+    ).ddl_if(dialect=("postgresql", "sqlite")),
+    **MYSQL,
+)
+event.listen(instructions, "after_create", mysql_live_instruction_ddl(_live))
+
+transitions = Table(
+    "transitions",
+    metadata,
+    Column("id", LogId, primary_key=True, autoincrement=True),
+    Column("entity", CODE, nullable=False),
+    Column("entity_id", ID, nullable=False),
+    Column("from_status", CODE),
+    Column("to_status", CODE, nullable=False),
+    Column("reason", String(512), nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_transitions_entity", "entity_id", "id"),
+    **MYSQL,
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("merchant_id", ID, nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("object_id", ID, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", UTCDateTime),
+    Column("delivered_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_outbox_due", "delivered_at", "next_attempt_at"),
+    **MYSQL,
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("merchant_id", ID, primary_key=True),
+    Column("key", KEY, primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("response_status", Integer),
+    Column("response_body", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    **MYSQL,
+)
