@@ -62,5 +62,28 @@ def migrate() -> None:
     typer.echo("schema is up to date", err=True)
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """Run the HTTP API (creates or upgrades the schema on start)."""
+    from idempay.api.server import run
+
+    run(_settings(), host=host, port=port)
+
+
+@app.command()
+def simbank(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+) -> None:
+    """Run the channel simulator (state in SIMBANK_DATABASE, callbacks signed with SIMBANK_SECRET)."""
+    from idempay.simbank.server import run
+
+    logs.configure(Settings.from_env().log_format)
+    run(host=host, port=port)
+
+
 def main() -> None:
     app()

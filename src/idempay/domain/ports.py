@@ -52,6 +52,35 @@ class ChannelAnswer:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelNotification:
+    """A verified callback from a channel: the outcome of one request_id."""
+
+    notify_id: str
+    request_id: str
+    kind: OpKind
+    status: ChannelStatus
+    amount: int
+    currency: str
+    payment_ref: str | None = None
+    channel_txn_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatementLine:
+    """One executed operation on the channel's daily statement."""
+
+    request_id: str
+    kind: OpKind
+    payment_ref: str
+    amount: int
+    currency: str
+    status: ChannelStatus
+    channel_txn_id: str | None
+    executed_at: datetime
+    receiver_id: str | None = None
+
+
 class Channel(Protocol):
     """A bank or provider. `execute` may raise OutcomeUnknown, NotSent or Declined."""
 
