@@ -38,7 +38,9 @@ def channel() -> ScriptedChannel:
 
 
 @pytest.fixture
-async def container(database_url: str, channel: ScriptedChannel) -> AsyncIterator[bootstrap.Container]:
+async def container(
+    database_url: str, channel: ScriptedChannel
+) -> AsyncIterator[bootstrap.Container]:
     settings = Settings(database_url=database_url, channel_timeout_s=2.0)
     c = await bootstrap.build(settings, channels={"scripted": channel})
     yield c

@@ -51,7 +51,9 @@ def create(backend: str, tmp_path: Path) -> tuple[str, str]:
     if backend == "postgresql":
         asyncio.run(_admin(PG_ADMIN, f"CREATE DATABASE {name}"))
         return f"postgresql://postgres@127.0.0.1:5432/{name}", name
-    asyncio.run(_admin(MY_ADMIN, f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    asyncio.run(
+        _admin(MY_ADMIN, f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    )
     return f"mysql://root@127.0.0.1:3306/{name}", name
 
 

@@ -70,8 +70,9 @@ async def build(
         stale_pending_s=settings.stale_pending_s,
         public_url=settings.public_url,
     )
-    container = Container(settings, clock, engine, store, channels,
-                          Payments(store, channels, clock, policy))  # fmt: skip
+    container = Container(
+        settings, clock, engine, store, channels, Payments(store, channels, clock, policy)
+    )
     for channel in channels.values():
         aclose = getattr(channel, "aclose", None)
         if aclose is not None:

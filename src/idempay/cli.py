@@ -11,8 +11,11 @@ import typer
 from idempay import bootstrap, logs
 from idempay.config import ConfigError, Settings
 
-app = typer.Typer(help="idempay: charge each payment intent at most once, and always find out how it ended.",
-                  no_args_is_help=True, add_completion=False)  # fmt: skip
+app = typer.Typer(
+    help="idempay: charge each payment intent at most once; always find out how it ended.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 merchant_app = typer.Typer(help="Manage merchants.", no_args_is_help=True)
 operator_app = typer.Typer(help="Manage operators (keys for /v1/ops/*).", no_args_is_help=True)
 app.add_typer(merchant_app, name="merchant")
@@ -39,13 +42,17 @@ async def _create(name: str, operator: bool) -> dict[str, str]:
 
 
 @merchant_app.command("create")
-def merchant_create(name: Annotated[str, typer.Argument(help="The merchant's display name.")]) -> None:
+def merchant_create(
+    name: Annotated[str, typer.Argument(help="The merchant's display name.")],
+) -> None:
     """Create a merchant; print {"merchant_id", "api_key"} (the key is shown only this once)."""
     typer.echo(json.dumps(asyncio.run(_create(name, operator=False))))
 
 
 @operator_app.command("create")
-def operator_create(name: Annotated[str, typer.Argument(help="The operator's display name.")]) -> None:
+def operator_create(
+    name: Annotated[str, typer.Argument(help="The operator's display name.")],
+) -> None:
     """Create an operator; print {"operator_id", "api_key"} (the key is shown only this once)."""
     typer.echo(json.dumps(asyncio.run(_create(name, operator=True))))
 
@@ -78,7 +85,7 @@ def simbank(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
 ) -> None:
-    """Run the channel simulator (state in SIMBANK_DATABASE, callbacks signed with SIMBANK_SECRET)."""
+    """Run the channel simulator (state: SIMBANK_DATABASE; callbacks signed: SIMBANK_SECRET)."""
     from idempay.simbank.server import run
 
     logs.configure(Settings.from_env().log_format)
@@ -87,3 +94,7 @@ def simbank(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_CHANNELS = {
-    "simbank": {"kind": "simbank", "base_url": "http://127.0.0.1:8765", "secret": "simbank-dev-secret"}
+    "simbank": {
+        "kind": "simbank",
+        "base_url": "http://127.0.0.1:8765",
+        "secret": "simbank-dev-secret",
+    }
 }
 
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
 _SECRET_KEYS = ("api_key", "authorization", "secret", "password", "signature", "token")
 
 
-def _redact(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+def _redact(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     for key in list(event):
         if any(s in key.lower() for s in _SECRET_KEYS):
             event[key] = "[redacted]"

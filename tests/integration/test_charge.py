@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import func, select
 
 from idempay.bootstrap import Container
 from idempay.channels.scripted import Behavior, ScriptedChannel
@@ -12,12 +13,16 @@ from idempay.domain.errors import BizNoReused, InvalidRequest, InvalidState, Not
 from idempay.domain.states import Entity
 from idempay.services.payments import ChargeCommand
 from idempay.storage import tables as t
-from sqlalchemy import func, select
 
 
 def cmd(biz_no: str = "PAY_ORD001", amount: int = 19900, **kw: object) -> ChargeCommand:
-    base: dict[str, object] = {"biz_no": biz_no, "order_no": "ORD001", "amount": amount,
-                               "currency": "CNY", "channel": "scripted"}  # fmt: skip
+    base: dict[str, object] = {
+        "biz_no": biz_no,
+        "order_no": "ORD001",
+        "amount": amount,
+        "currency": "CNY",
+        "channel": "scripted",
+    }
     return ChargeCommand(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -31,10 +36,18 @@ async def test_first_charge_succeeds_and_writes_the_instruction_before_sending(
 ) -> None:
     result = await container.payments.charge(merchant, cmd())
     p, [ins] = result.view.payment, result.view.instructions
-    assert (result.created, result.replayed, p.status, ins.status) == (True, False, "SUCCESS", "SUCCESS")
+    assert (result.created, result.replayed, p.status, ins.status) == (
+        True,
+        False,
+        "SUCCESS",
+        "SUCCESS",
+    )
     assert [e.request_id for e in channel.executions(p.id)] == [ins.request_id]
     log = await container.store.transition_log(Entity.PAYMENT, p.id)
-    assert [(r["from_status"], r["to_status"]) for r in log] == [(None, "PROCESSING"), ("PROCESSING", "SUCCESS")]
+    assert [(r["from_status"], r["to_status"]) for r in log] == [
+        (None, "PROCESSING"),
+        ("PROCESSING", "SUCCESS"),
+    ]
 
 
 async def test_a_repeat_answers_the_stored_payment_without_calling_the_channel(
@@ -87,7 +100,10 @@ async def test_pending_at_the_channel_keeps_the_payment_processing(
 ) -> None:
     channel.plan(Behavior.PENDING)
     result = await container.payments.charge(merchant, cmd())
-    assert (result.view.payment.status, result.view.instructions[0].status) == ("PROCESSING", "PROCESSING")
+    assert (result.view.payment.status, result.view.instructions[0].status) == (
+        "PROCESSING",
+        "PROCESSING",
+    )
     await container.payments.charge(merchant, cmd())
     assert channel.calls == 1
 
@@ -119,7 +135,9 @@ async def test_retry_with_a_new_amount_keeps_the_biz_no_and_logs_the_change(
         await container.payments.charge(merchant, cmd())
 
 
-@pytest.mark.parametrize("status_behavior", [Behavior.SUCCEED, Behavior.HALF_OPEN, Behavior.PENDING])
+@pytest.mark.parametrize(
+    "status_behavior", [Behavior.SUCCEED, Behavior.HALF_OPEN, Behavior.PENDING]
+)
 async def test_retry_and_close_are_refused_outside_failed(
     container: Container, merchant: str, channel: ScriptedChannel, status_behavior: Behavior
 ) -> None:
@@ -132,7 +150,9 @@ async def test_retry_and_close_are_refused_outside_failed(
     assert channel.calls == 1
 
 
-async def test_close_from_failed_is_final(container: Container, merchant: str, channel: ScriptedChannel) -> None:
+async def test_close_from_failed_is_final(
+    container: Container, merchant: str, channel: ScriptedChannel
+) -> None:
     channel.plan(Behavior.DECLINE)
     await container.payments.charge(merchant, cmd())
     closed = await container.payments.close(merchant, "PAY_ORD001")
@@ -143,27 +163,39 @@ async def test_close_from_failed_is_final(container: Container, merchant: str, c
         await container.payments.close(merchant, "PAY_ORD001")
 
 
-@pytest.mark.parametrize(
-    "change", [{"amount": 100}, {"currency": "USD"}, {"order_no": "ORD002"}]
-)
+@pytest.mark.parametrize("change", [{"amount": 100}, {"currency": "USD"}, {"order_no": "ORD002"}])
 async def test_same_biz_no_with_other_parameters_is_refused_and_writes_nothing(
     container: Container, merchant: str, channel: ScriptedChannel, change: dict[str, object]
 ) -> None:
     await container.payments.charge(merchant, cmd())
-    before = [await count(container, tb) for tb in (t.payments, t.instructions, t.transitions, t.outbox)]
+    before = [
+        await count(container, tb) for tb in (t.payments, t.instructions, t.transitions, t.outbox)
+    ]
     with pytest.raises(BizNoReused) as e:
         await container.payments.charge(merchant, cmd(**change))
     assert e.value.code == "BIZ_NO_REUSED" and set(e.value.fields) == set(change)
-    after = [await count(container, tb) for tb in (t.payments, t.instructions, t.transitions, t.outbox)]
+    after = [
+        await count(container, tb) for tb in (t.payments, t.instructions, t.transitions, t.outbox)
+    ]
     assert after == before and channel.calls == 1
 
 
 @pytest.mark.parametrize(
     "change",
-    [{"amount": 1.5}, {"amount": 0}, {"amount": -5}, {"amount": 10**12}, {"amount": True},
-     {"currency": "XXX"}, {"currency": "cny"}, {"biz_no": "has space"}, {"biz_no": "x" * 65},
-     {"order_no": ""}, {"channel": "nope"}],
-)  # fmt: skip
+    [
+        {"amount": 1.5},
+        {"amount": 0},
+        {"amount": -5},
+        {"amount": 10**12},
+        {"amount": True},
+        {"currency": "XXX"},
+        {"currency": "cny"},
+        {"biz_no": "has space"},
+        {"biz_no": "x" * 65},
+        {"order_no": ""},
+        {"channel": "nope"},
+    ],
+)
 async def test_bad_input_is_refused_before_anything_is_written(
     container: Container, merchant: str, channel: ScriptedChannel, change: dict[str, object]
 ) -> None:

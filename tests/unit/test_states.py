@@ -107,7 +107,9 @@ def _paths_to(target: PaymentStatus, start: PaymentStatus) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("start", [P.PROCESSING, P.UNKNOWN])
-def test_every_path_from_in_flight_to_a_new_attempt_passes_through_failed(start: PaymentStatus) -> None:
+def test_every_path_from_in_flight_to_a_new_attempt_passes_through_failed(
+    start: PaymentStatus,
+) -> None:
     paths = _paths_to(P.INIT, start)
     assert paths, "a failed payment can be retried"
     assert all(path[-2] == P.FAILED for path in paths)

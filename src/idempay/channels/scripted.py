@@ -76,10 +76,15 @@ class ScriptedChannel:
         with self._lock:
             self._plan.extend(behaviors)
 
-    def executions(self, payment_ref: str | None = None, kind: OpKind = OpKind.PAY) -> list[Execution]:
+    def executions(
+        self, payment_ref: str | None = None, kind: OpKind = OpKind.PAY
+    ) -> list[Execution]:
         with self._lock:
-            return [e for e in self.ledger
-                    if e.kind == kind and (payment_ref is None or e.payment_ref == payment_ref)]  # fmt: skip
+            return [
+                e
+                for e in self.ledger
+                if e.kind == kind and (payment_ref is None or e.payment_ref == payment_ref)
+            ]
 
     async def execute(self, op: ChannelOp) -> ChannelAnswer:
         if self.delay_s:
@@ -110,7 +115,9 @@ class ScriptedChannel:
         with self._lock:
             e = self._status.get(request_id)
             if e is None:
-                status = ChannelStatus.FAILED if request_id in self._closed else ChannelStatus.NOT_FOUND
+                status = (
+                    ChannelStatus.FAILED if request_id in self._closed else ChannelStatus.NOT_FOUND
+                )
                 return ChannelAnswer(request_id, status)
             return self._answer(e)
 
@@ -132,10 +139,15 @@ class ScriptedChannel:
 
     def _record(self, op: ChannelOp, status: str) -> Execution:
         e = Execution(
-            request_id=op.request_id, kind=op.kind.value, payment_ref=op.payment_ref,
-            amount=op.amount, currency=op.currency, status=status,
-            txn_id=f"sc{len(self.ledger) + 1:08d}", executed_at=datetime.now(UTC).isoformat(),
-        )  # fmt: skip
+            request_id=op.request_id,
+            kind=op.kind.value,
+            payment_ref=op.payment_ref,
+            amount=op.amount,
+            currency=op.currency,
+            status=status,
+            txn_id=f"sc{len(self.ledger) + 1:08d}",
+            executed_at=datetime.now(UTC).isoformat(),
+        )
         self.ledger.append(e)
         self._status.setdefault(op.request_id, e)
         if self.ledger_path is not None:

@@ -9,6 +9,7 @@ from idempay.domain.errors import InvalidRequest
 # Active ISO-4217 codes and their minor-unit exponents (ISO 4217 list one, 2024 edition).
 # Funds codes, precious metals and testing codes (XAU, XTS, XXX, ...) are deliberately absent:
 # they are not money a payment gateway charges.
+# fmt: off
 ISO_4217: dict[str, int] = {
     "AED": 2, "AFN": 2, "ALL": 2, "AMD": 2, "ANG": 2, "AOA": 2, "ARS": 2, "AUD": 2,
     "AWG": 2, "AZN": 2, "BAM": 2, "BBD": 2, "BDT": 2, "BGN": 2, "BHD": 3, "BIF": 0,
@@ -30,7 +31,8 @@ ISO_4217: dict[str, int] = {
     "TWD": 2, "TZS": 2, "UAH": 2, "UGX": 0, "USD": 2, "UYU": 2, "UYW": 4, "UZS": 2,
     "VES": 2, "VND": 0, "VUV": 0, "WST": 2, "XAF": 0, "XCD": 2, "XCG": 2, "XOF": 0,
     "XPF": 0, "YER": 2, "ZAR": 2, "ZMW": 2, "ZWG": 2,
-}  # fmt: skip
+}
+# fmt: on
 
 MAX_MINOR = 2**63 - 1
 
@@ -42,7 +44,9 @@ def exponent(currency: str) -> int:
 
 def check_currency(currency: object) -> str:
     if not isinstance(currency, str) or currency not in ISO_4217:
-        raise InvalidRequest(f"currency must be an ISO-4217 code, got {currency!r}", field="currency")
+        raise InvalidRequest(
+            f"currency must be an ISO-4217 code, got {currency!r}", field="currency"
+        )
     return currency
 
 

@@ -138,11 +138,13 @@ class Tx(Protocol):
         in `frm` (someone else won). Writes the log row (and outbox event) when it moved."""
         ...
 
-    async def log(self, entity: Entity, id: str, frm: str | None, to: str, reason: str,
-                  actor: str) -> None: ...  # fmt: skip
+    async def log(
+        self, entity: Entity, id: str, frm: str | None, to: str, reason: str, actor: str
+    ) -> None: ...
 
-    async def add_event(self, merchant_id: str, kind: str, object_id: str,
-                        data: dict[str, Any]) -> None: ...  # fmt: skip
+    async def add_event(
+        self, merchant_id: str, kind: str, object_id: str, data: dict[str, Any]
+    ) -> None: ...
 
     async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None: ...
 
@@ -161,9 +163,14 @@ class Store(Protocol):
     async def get_instruction(self, request_id: str) -> Instruction | None: ...
 
     async def list_payments(
-        self, merchant_id: str, *, order_no: str | None, status: str | None,
-        limit: int, before_id: str | None,
-    ) -> list[Payment]: ...  # fmt: skip
+        self,
+        merchant_id: str,
+        *,
+        order_no: str | None,
+        status: str | None,
+        limit: int,
+        before_id: str | None,
+    ) -> list[Payment]: ...
 
     async def find_principal(self, key_hash: str) -> Principal | None: ...
 

@@ -49,7 +49,9 @@ INSTRUCTION_TRANSITIONS: dict[InstructionStatus, frozenset[InstructionStatus]] =
 }
 
 TRANSITIONS: dict[Entity, dict[str, frozenset[str]]] = {
-    Entity.PAYMENT: {k.value: frozenset(v.value for v in vs) for k, vs in PAYMENT_TRANSITIONS.items()},
+    Entity.PAYMENT: {
+        k.value: frozenset(v.value for v in vs) for k, vs in PAYMENT_TRANSITIONS.items()
+    },
     Entity.INSTRUCTION: {
         k.value: frozenset(v.value for v in vs) for k, vs in INSTRUCTION_TRANSITIONS.items()
     },

@@ -30,7 +30,16 @@ from idempay.domain.model import (
     new_id,
 )
 from idempay.domain.money import check_amount, check_currency
-from idempay.domain.ports import Change, Channel, ChannelAnswer, ChannelOp, ChannelStatus, Clock, Store, Tx
+from idempay.domain.ports import (
+    Change,
+    Channel,
+    ChannelAnswer,
+    ChannelOp,
+    ChannelStatus,
+    Clock,
+    Store,
+    Tx,
+)
 from idempay.domain.states import Entity, InstructionStatus, PaymentStatus, payment_status_for
 
 log = structlog.get_logger(__name__)
@@ -106,22 +115,46 @@ class Payments:
             return await self._replay(existing, cmd)
         now = self.clock.now()
         payment = Payment(
-            id=new_id("pay", now), merchant_id=merchant_id, biz_no=cmd.biz_no,
-            order_no=cmd.order_no, amount=cmd.amount, currency=cmd.currency, channel=cmd.channel,
-            status=P.PROCESSING, attempt=1, refunded_amount=0, split_amount=0, reserved_amount=0,
-            description=cmd.description, notify_url=cmd.notify_url, version=1,
-            created_at=now, updated_at=now,
-        )  # fmt: skip
+            id=new_id("pay", now),
+            merchant_id=merchant_id,
+            biz_no=cmd.biz_no,
+            order_no=cmd.order_no,
+            amount=cmd.amount,
+            currency=cmd.currency,
+            channel=cmd.channel,
+            status=P.PROCESSING,
+            attempt=1,
+            refunded_amount=0,
+            split_amount=0,
+            reserved_amount=0,
+            description=cmd.description,
+            notify_url=cmd.notify_url,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
         instruction = self._instruction(payment)
         actor = f"merchant:{merchant_id}"
         try:
             async with self.store.begin() as tx:
                 await tx.insert_payment(payment)
                 await tx.insert_instruction(instruction)
-                await tx.log(Entity.PAYMENT, payment.id, None, P.PROCESSING,
-                             f"created; instruction {instruction.request_id} written", actor)  # fmt: skip
-                await tx.log(Entity.INSTRUCTION, instruction.request_id, None, I.PENDING,
-                             "written before sending", actor)  # fmt: skip
+                await tx.log(
+                    Entity.PAYMENT,
+                    payment.id,
+                    None,
+                    P.PROCESSING,
+                    f"created; instruction {instruction.request_id} written",
+                    actor,
+                )
+                await tx.log(
+                    Entity.INSTRUCTION,
+                    instruction.request_id,
+                    None,
+                    I.PENDING,
+                    "written before sending",
+                    actor,
+                )
                 if on_create is not None:
                     await on_create(tx, payment)
         except DuplicateKey:  # a concurrent request with the same biz_no won the insert
@@ -135,17 +168,25 @@ class Payments:
     async def _replay(self, existing: Payment, cmd: ChargeCommand) -> ChargeResult:
         differing = tuple(
             name
-            for name, ours in (("amount", existing.amount), ("currency", existing.currency),
-                               ("order_no", existing.order_no), ("channel", existing.channel))
+            for name, ours in (
+                ("amount", existing.amount),
+                ("currency", existing.currency),
+                ("order_no", existing.order_no),
+                ("channel", existing.channel),
+            )
             if getattr(cmd, name) != ours
-        )  # fmt: skip
+        )
         if differing:
             raise BizNoReused(
                 f"biz_no {cmd.biz_no} exists with a different {', '.join(differing)}",
                 fields=differing,
             )
-        log.info("payment.replayed", merchant_id=existing.merchant_id, biz_no=existing.biz_no,
-                 status=existing.status)  # fmt: skip
+        log.info(
+            "payment.replayed",
+            merchant_id=existing.merchant_id,
+            biz_no=existing.biz_no,
+            status=existing.status,
+        )
         return ChargeResult(await self.store.payment_view(existing), created=False, replayed=True)
 
     # --- retry and close -----------------------------------------------------------------------
@@ -154,8 +195,12 @@ class Payments:
         """FAILED -> INIT -> PROCESSING with a new instruction (new request_id)."""
         current = await self._must_get(merchant_id, biz_no)
         if current.status != P.FAILED:
-            raise InvalidState(f"retry needs FAILED, payment is {current.status}", status=current.status)
-        new_amount = current.amount if amount is None else check_amount(amount, self.policy.max_amount)
+            raise InvalidState(
+                f"retry needs FAILED, payment is {current.status}", status=current.status
+            )
+        new_amount = (
+            current.amount if amount is None else check_amount(amount, self.policy.max_amount)
+        )
         payment = replace(current, amount=new_amount, attempt=current.attempt + 1)
         instruction = self._instruction(payment)
         actor = f"merchant:{merchant_id}"
@@ -170,35 +215,57 @@ class Payments:
                 ):
                     raise _LostRace
                 await tx.insert_instruction(instruction)
-                await tx.log(Entity.INSTRUCTION, instruction.request_id, None, I.PENDING,
-                             "written before sending", actor)  # fmt: skip
+                await tx.log(
+                    Entity.INSTRUCTION,
+                    instruction.request_id,
+                    None,
+                    I.PENDING,
+                    "written before sending",
+                    actor,
+                )
                 moved = await tx.transition(
-                    Change(Entity.PAYMENT, current.id, P.INIT, P.PROCESSING,
-                           f"instruction {instruction.request_id} written", actor),
+                    Change(
+                        Entity.PAYMENT,
+                        current.id,
+                        P.INIT,
+                        P.PROCESSING,
+                        f"instruction {instruction.request_id} written",
+                        actor,
+                    ),
                     event="payment.processing",
-                )  # fmt: skip
+                )
                 assert moved, "INIT -> PROCESSING inside the transaction that set INIT"
         except (_LostRace, DuplicateKey):
             now = await self._must_get(merchant_id, biz_no)
-            raise InvalidState(f"retry needs FAILED, payment is {now.status}", status=now.status) from None
+            raise InvalidState(
+                f"retry needs FAILED, payment is {now.status}", status=now.status
+            ) from None
         view = await self._send(replace(payment, status=P.PROCESSING), instruction)
         return ChargeResult(view, created=True, replayed=False)
 
     async def close(self, merchant_id: str, biz_no: str) -> PaymentView:
         current = await self._must_get(merchant_id, biz_no)
         if current.status not in (P.INIT, P.FAILED):
-            raise InvalidState(f"close needs INIT or FAILED, payment is {current.status}",
-                               status=current.status)  # fmt: skip
+            raise InvalidState(
+                f"close needs INIT or FAILED, payment is {current.status}", status=current.status
+            )
         async with self.store.begin() as tx:
             moved = await tx.transition(
-                Change(Entity.PAYMENT, current.id, current.status, P.CLOSED, "closed by merchant",
-                       f"merchant:{merchant_id}"),
+                Change(
+                    Entity.PAYMENT,
+                    current.id,
+                    current.status,
+                    P.CLOSED,
+                    "closed by merchant",
+                    f"merchant:{merchant_id}",
+                ),
                 event="payment.closed",
-            )  # fmt: skip
+            )
         latest = await self._must_get(merchant_id, biz_no)
         if not moved:
-            raise InvalidState(f"close needs INIT or FAILED, payment is {latest.status}",
-                               status=latest.status)  # fmt: skip
+            raise InvalidState(
+                f"close needs INIT or FAILED, payment is {latest.status}", status=latest.status
+            )
         return await self.store.payment_view(latest)
 
     async def _must_get(self, merchant_id: str, biz_no: str) -> Payment:
@@ -212,30 +279,56 @@ class Payments:
     def _instruction(self, payment: Payment) -> Instruction:
         now = self.clock.now()
         request_id = new_id("req", now)
-        body = {"request_id": request_id, "kind": OpKind.PAY.value, "payment_ref": payment.id,
-                "amount": payment.amount, "currency": payment.currency}  # fmt: skip
+        body = {
+            "request_id": request_id,
+            "kind": OpKind.PAY.value,
+            "payment_ref": payment.id,
+            "amount": payment.amount,
+            "currency": payment.currency,
+        }
         return Instruction(
-            request_id=request_id, merchant_id=payment.merchant_id, payment_id=payment.id,
-            owner_kind=Entity.PAYMENT.value, owner_id=payment.id, kind=OpKind.PAY.value,
-            channel=payment.channel, amount=payment.amount, currency=payment.currency,
-            status=I.PENDING, attempt=payment.attempt, digest=digest(body), send_count=1,
-            query_count=0, next_query_at=now + timedelta(seconds=self.policy.stale_pending_s),
-            last_error=None, channel_txn_id=None, version=1, created_at=now, updated_at=now,
-        )  # fmt: skip
+            request_id=request_id,
+            merchant_id=payment.merchant_id,
+            payment_id=payment.id,
+            owner_kind=Entity.PAYMENT.value,
+            owner_id=payment.id,
+            kind=OpKind.PAY.value,
+            channel=payment.channel,
+            amount=payment.amount,
+            currency=payment.currency,
+            status=I.PENDING,
+            attempt=payment.attempt,
+            digest=digest(body),
+            send_count=1,
+            query_count=0,
+            next_query_at=now + timedelta(seconds=self.policy.stale_pending_s),
+            last_error=None,
+            channel_txn_id=None,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
 
     async def _send(self, payment: Payment, instruction: Instruction) -> PaymentView:
         op = ChannelOp(
-            request_id=instruction.request_id, kind=OpKind.PAY, payment_ref=payment.id,
-            amount=instruction.amount, currency=instruction.currency,
+            request_id=instruction.request_id,
+            kind=OpKind.PAY,
+            payment_ref=payment.id,
+            amount=instruction.amount,
+            currency=instruction.currency,
             notify_url=f"{self.policy.public_url}/v1/channels/{payment.channel}/notify",
-        )  # fmt: skip
+        )
         outcome, error, txn_id = await self._call(self.channels[payment.channel], op)
-        await self.record(instruction, payment, outcome, error=error, txn_id=txn_id, actor="channel")
+        await self.record(
+            instruction, payment, outcome, error=error, txn_id=txn_id, actor="channel"
+        )
         latest = await self.store.get_payment_by_id(payment.id)
         assert latest is not None
         return await self.store.payment_view(latest)
 
-    async def _call(self, channel: Channel, op: ChannelOp) -> tuple[InstructionStatus, str | None, str | None]:
+    async def _call(
+        self, channel: Channel, op: ChannelOp
+    ) -> tuple[InstructionStatus, str | None, str | None]:
         """Send once with a deadline. Only a definitive answer is SUCCESS or FAILED; anything
         that leaves the channel's side in doubt is UNKNOWN, never FAILED."""
         bound = log.bind(request_id=op.request_id, payment_id=op.payment_ref)
@@ -255,11 +348,23 @@ class Payments:
         return self._status_of(answer, op)
 
     @staticmethod
-    def _status_of(answer: ChannelAnswer, op: ChannelOp) -> tuple[InstructionStatus, str | None, str | None]:
-        if answer.amount is not None and (answer.amount, answer.currency) != (op.amount, op.currency):
-            return I.UNKNOWN, f"channel answered {answer.amount} {answer.currency}", answer.channel_txn_id
-        mapped = {ChannelStatus.SUCCESS: I.SUCCESS, ChannelStatus.FAILED: I.FAILED,
-                  ChannelStatus.PROCESSING: I.PROCESSING}.get(answer.status, I.UNKNOWN)  # fmt: skip
+    def _status_of(
+        answer: ChannelAnswer, op: ChannelOp
+    ) -> tuple[InstructionStatus, str | None, str | None]:
+        if answer.amount is not None and (answer.amount, answer.currency) != (
+            op.amount,
+            op.currency,
+        ):
+            return (
+                I.UNKNOWN,
+                f"channel answered {answer.amount} {answer.currency}",
+                answer.channel_txn_id,
+            )
+        mapped = {
+            ChannelStatus.SUCCESS: I.SUCCESS,
+            ChannelStatus.FAILED: I.FAILED,
+            ChannelStatus.PROCESSING: I.PROCESSING,
+        }.get(answer.status, I.UNKNOWN)
         return mapped, answer.reason, answer.channel_txn_id
 
     async def record(
@@ -284,20 +389,38 @@ class Payments:
         pay_to = payment_status_for(outcome)
         async with self.store.begin() as tx:
             if not await tx.transition(
-                Change(Entity.INSTRUCTION, instruction.request_id, instruction.status, outcome,
-                       error or f"channel answered {outcome}", actor, values)
-            ):  # fmt: skip
+                Change(
+                    Entity.INSTRUCTION,
+                    instruction.request_id,
+                    instruction.status,
+                    outcome,
+                    error or f"channel answered {outcome}",
+                    actor,
+                    values,
+                )
+            ):
                 return False
             if pay_to != pay_from:
                 moved = await tx.transition(
-                    Change(Entity.PAYMENT, payment.id, pay_from, pay_to,
-                           f"instruction {instruction.request_id} {outcome}", actor),
+                    Change(
+                        Entity.PAYMENT,
+                        payment.id,
+                        pay_from,
+                        pay_to,
+                        f"instruction {instruction.request_id} {outcome}",
+                        actor,
+                    ),
                     event=f"payment.{pay_to.lower()}",
-                )  # fmt: skip
+                )
                 if not moved:
                     raise InvalidState(f"payment {payment.id} is not {pay_from}")
-        log.info("instruction.recorded", request_id=instruction.request_id,
-                 merchant_id=payment.merchant_id, biz_no=payment.biz_no, status=outcome)  # fmt: skip
+        log.info(
+            "instruction.recorded",
+            request_id=instruction.request_id,
+            merchant_id=payment.merchant_id,
+            biz_no=payment.biz_no,
+            status=outcome,
+        )
         return True
 
 

@@ -38,7 +38,7 @@ def create_engine(url: str, *, pool_size: int = 10, null_pool: bool = False) -> 
         kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
     if u.get_backend_name() == "mysql":
         kwargs["isolation_level"] = "READ COMMITTED"
-    engine = create_async_engine(u, **kwargs)  # type: ignore[arg-type]
+    engine = create_async_engine(u, **kwargs)
     if u.get_backend_name() == "sqlite":
         sqlite.configure(engine)
     return engine

@@ -65,9 +65,13 @@ class SqlTx:
         stmt = (
             update(table)
             .where(table.c[pk] == change.id, table.c.status == change.frm)
-            .values(status=change.to, version=table.c.version + 1, updated_at=now,
-                    **(change.values or {}))
-        )  # fmt: skip
+            .values(
+                status=change.to,
+                version=table.c.version + 1,
+                updated_at=now,
+                **(change.values or {}),
+            )
+        )
         result = await self.conn.execute(stmt)
         if result.rowcount != 1:
             return False
@@ -83,10 +87,15 @@ class SqlTx:
     ) -> None:
         await self.conn.execute(
             insert(t.transitions).values(
-                entity=entity.value, entity_id=id, from_status=frm, to_status=to,
-                reason=reason[:512], actor=actor[:64], created_at=self.clock.now(),
+                entity=entity.value,
+                entity_id=id,
+                from_status=frm,
+                to_status=to,
+                reason=reason[:512],
+                actor=actor[:64],
+                created_at=self.clock.now(),
             )
-        )  # fmt: skip
+        )
 
     async def add_event(
         self, merchant_id: str, kind: str, object_id: str, data: dict[str, Any]
@@ -94,10 +103,15 @@ class SqlTx:
         now = self.clock.now()
         await self.conn.execute(
             insert(t.outbox).values(
-                id=new_id("evt", now), merchant_id=merchant_id, kind=kind, object_id=object_id,
-                data=json.dumps(data, sort_keys=True), next_attempt_at=now, created_at=now,
+                id=new_id("evt", now),
+                merchant_id=merchant_id,
+                kind=kind,
+                object_id=object_id,
+                data=json.dumps(data, sort_keys=True),
+                next_attempt_at=now,
+                created_at=now,
             )
-        )  # fmt: skip
+        )
 
     async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
         return await _get_payment(self.conn, merchant_id, biz_no)
@@ -108,8 +122,9 @@ def _jsonable(v: Any) -> Any:
 
 
 async def _get_payment(conn: AsyncConnection, merchant_id: str, biz_no: str) -> Payment | None:
-    q = select(t.payments).where(t.payments.c.merchant_id == merchant_id,
-                                 t.payments.c.biz_no == biz_no)  # fmt: skip
+    q = select(t.payments).where(
+        t.payments.c.merchant_id == merchant_id, t.payments.c.biz_no == biz_no
+    )
     row = (await conn.execute(q)).first()
     return to_payment(row) if row else None
 
@@ -139,16 +154,20 @@ class SqlStore:
 
     async def get_payment_by_id(self, payment_id: str) -> Payment | None:
         async with self._read() as conn:
-            row = (await conn.execute(select(t.payments).where(t.payments.c.id == payment_id))).first()
+            row = (
+                await conn.execute(select(t.payments).where(t.payments.c.id == payment_id))
+            ).first()
             return to_payment(row) if row else None
 
     async def payment_view(self, payment: Payment) -> PaymentView:
         q = (
             select(t.instructions)
-            .where(t.instructions.c.payment_id == payment.id,
-                   t.instructions.c.owner_kind == Entity.PAYMENT.value)
+            .where(
+                t.instructions.c.payment_id == payment.id,
+                t.instructions.c.owner_kind == Entity.PAYMENT.value,
+            )
             .order_by(t.instructions.c.attempt, t.instructions.c.created_at)
-        )  # fmt: skip
+        )
         async with self._read() as conn:
             rows = (await conn.execute(q)).all()
         return PaymentView(payment, tuple(to_instruction(r) for r in rows))
@@ -198,9 +217,10 @@ class SqlStore:
     async def _add_principal(self, table: Table, id: str, name: str, key_hash: str) -> None:
         async with self.begin() as tx:
             await tx.conn.execute(
-                insert(table).values(id=id, name=name, api_key_hash=key_hash,
-                                     created_at=self.clock.now())
-            )  # fmt: skip
+                insert(table).values(
+                    id=id, name=name, api_key_hash=key_hash, created_at=self.clock.now()
+                )
+            )
 
     async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]:
         q = (

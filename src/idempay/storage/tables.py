@@ -22,16 +22,15 @@ from sqlalchemy import (
     text,
 )
 
-from idempay.storage.mysql import mysql_live_instruction_ddl
-
 from idempay.domain.states import LIVE_INSTRUCTION
+from idempay.storage.mysql import mysql_live_instruction_ddl
 
 naming = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
 }
 # MariaDB compares case-insensitively by default; identifiers here are case-sensitive.
-MYSQL = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 metadata = MetaData(naming_convention=naming)
 
 
@@ -53,7 +52,10 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if isinstance(value, str):  # SQLite may hand back text
             value = datetime.fromisoformat(value)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        aware: datetime = (
+            value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        )
+        return aware
 
 
 ID = String(48)
@@ -145,7 +147,7 @@ instructions = Table(
         unique=True,
         postgresql_where=text(_live),
         sqlite_where=text(_live),
-    ).ddl_if(dialect=("postgresql", "sqlite")),
+    ).ddl_if(dialect=("postgresql", "sqlite")),  # type: ignore[arg-type]  # tuple: documented
     **MYSQL,
 )
 event.listen(instructions, "after_create", mysql_live_instruction_ddl(_live))

@@ -18,8 +18,15 @@ depends_on = None
 
 # The first revision creates exactly the tables of this release's tables.py; every later
 # revision states its changes explicitly with op.* calls.
-INITIAL = ("merchants", "operators", "payments", "instructions", "transitions", "outbox",
-           "idempotency_keys")  # fmt: skip
+INITIAL = (
+    "merchants",
+    "operators",
+    "payments",
+    "instructions",
+    "transitions",
+    "outbox",
+    "idempotency_keys",
+)
 
 
 def upgrade() -> None:
