@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,6 +82,22 @@ class StatementLine:
     receiver_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Discrepancy:
+    """Evidence from a channel (or a person) that disagrees with our books."""
+
+    dedupe_key: str
+    source: str  # callback | query | operator | reconciliation
+    cls: str  # AMOUNT_MISMATCH, UNKNOWN_REQUEST, CONTRADICTS_TERMINAL, ...
+    channel: str
+    request_id: str | None
+    merchant_id: str | None
+    payment_id: str | None
+    local: dict[str, Any]
+    remote: dict[str, Any]
+    run_id: str | None = None
+
+
 class Channel(Protocol):
     """A bank or provider. `execute` may raise OutcomeUnknown, NotSent or Declined."""
 
@@ -120,6 +137,7 @@ class Change:
     reason: str
     actor: str
     values: dict[str, Any] | None = None
+    guard: dict[str, Any] | None = None  # extra equality conditions, e.g. the worker's lease
 
 
 class Tx(Protocol):
@@ -147,6 +165,37 @@ class Tx(Protocol):
     ) -> None: ...
 
     async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None: ...
+
+    async def get_payment_by_id(self, payment_id: str) -> Payment | None: ...
+
+    async def get_instruction(self, request_id: str) -> Instruction | None: ...
+
+    async def touch_instruction(
+        self, request_id: str, status: str, guard: dict[str, Any], values: dict[str, Any]
+    ) -> bool:
+        """Bookkeeping without a status change (query count, next query time, lease), only
+        while the instruction is still in `status` and matches `guard`."""
+        ...
+
+    async def insert_inbox(
+        self, channel: str, notify_id: str, request_id: str, result: str, body: str
+    ) -> None:
+        """Raises DuplicateKey('callback_inbox') when (channel, notify_id) was seen."""
+        ...
+
+    async def set_inbox_result(self, channel: str, notify_id: str, result: str) -> None: ...
+
+    async def add_discrepancy(self, d: Discrepancy) -> bool:
+        """Record evidence that disagrees with our books; False if `dedupe_key` exists."""
+        ...
+
+    async def open_review(self, instruction: Instruction, reason: str) -> bool:
+        """Open the review item of an instruction; False if it already has one."""
+        ...
+
+    async def close_review(
+        self, request_id: str, outcome: str, note: str, resolved_by: str
+    ) -> bool: ...
 
 
 class Store(Protocol):
@@ -179,3 +228,57 @@ class Store(Protocol):
     async def add_operator(self, operator_id: str, name: str, key_hash: str) -> None: ...
 
     async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]: ...
+
+    async def payment_views(self, payments: Sequence[Payment]) -> list[PaymentView]:
+        """Views of many payments with one query for all their instructions (lists)."""
+        ...
+
+    async def find_principal_hash(self, key_hash: str) -> tuple[Principal, str] | None:
+        """The principal whose stored key hash equals `key_hash`, with that stored hash, in one
+        round trip (merchants and operators); the caller compares in constant time."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise unless the database answers."""
+        ...
+
+
+# --- idempotency keys --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """One `Idempotency-Key` of one merchant: the request's fingerprint, the resource it made,
+    and (once answered) the response to replay. No response yet = the request is in flight."""
+
+    merchant_id: str
+    key: str
+    fingerprint: str
+    resource_id: str | None
+    response_status: int | None
+    response_body: str | None
+    created_at: datetime
+    expires_at: datetime
+
+
+class IdempotencyRecords(Protocol):
+    async def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None: ...
+
+    async def claim(self, tx: Tx, record: IdempotencyRecord) -> None:
+        """Insert inside `tx` (the transaction that writes the resource); raises
+        DuplicateKey('idempotency_key') when the merchant already has this key."""
+        ...
+
+    async def complete(self, merchant_id: str, key: str, status: int, body: str) -> bool:
+        """Store the response of an in-flight record; False if it was already answered."""
+        ...
+
+    async def remember(self, record: IdempotencyRecord) -> bool:
+        """Insert an answered record in its own transaction; False if the key exists."""
+        ...
+
+    async def forget_expired(self, merchant_id: str, key: str, now: datetime) -> None: ...
+
+    async def purge_expired(self, now: datetime, limit: int) -> int:
+        """Delete up to `limit` expired records (for the worker); answers how many."""
+        ...

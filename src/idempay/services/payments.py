@@ -40,7 +40,8 @@ from idempay.domain.ports import (
     Store,
     Tx,
 )
-from idempay.domain.states import Entity, InstructionStatus, PaymentStatus, payment_status_for
+from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
+from idempay.services.outcomes import Applied, Evidence, apply_outcome
 
 log = structlog.get_logger(__name__)
 
@@ -379,49 +380,22 @@ class Payments:
     ) -> bool:
         """Transaction B: CAS the instruction from what it was, and the payment with it.
         False when another actor (callback, worker) moved it first: the caller re-reads."""
-        if outcome == instruction.status:
-            return False
-        now = self.clock.now()
-        values: dict[str, object] = {"last_error": error, "channel_txn_id": txn_id}
+        values: dict[str, object] = {"last_error": error}
         if outcome in (I.UNKNOWN, I.PROCESSING):
-            values["next_query_at"] = now + timedelta(seconds=self.policy.first_query_after_s)
-        pay_from = P.PROCESSING if instruction.status in (I.PENDING, I.PROCESSING) else P.UNKNOWN
-        pay_to = payment_status_for(outcome)
+            delay = timedelta(seconds=self.policy.first_query_after_s)
+            values["next_query_at"] = self.clock.now() + delay
+        ev = Evidence(outcome, actor, error or f"channel answered {outcome}", txn_id, values)
         async with self.store.begin() as tx:
-            if not await tx.transition(
-                Change(
-                    Entity.INSTRUCTION,
-                    instruction.request_id,
-                    instruction.status,
-                    outcome,
-                    error or f"channel answered {outcome}",
-                    actor,
-                    values,
-                )
-            ):
-                return False
-            if pay_to != pay_from:
-                moved = await tx.transition(
-                    Change(
-                        Entity.PAYMENT,
-                        payment.id,
-                        pay_from,
-                        pay_to,
-                        f"instruction {instruction.request_id} {outcome}",
-                        actor,
-                    ),
-                    event=f"payment.{pay_to.lower()}",
-                )
-                if not moved:
-                    raise InvalidState(f"payment {payment.id} is not {pay_from}")
+            applied, _ = await apply_outcome(tx, instruction, ev)
         log.info(
             "instruction.recorded",
             request_id=instruction.request_id,
             merchant_id=payment.merchant_id,
             biz_no=payment.biz_no,
             status=outcome,
+            applied=applied,
         )
-        return True
+        return applied is Applied.APPLIED
 
 
 class _LostRace(Exception):

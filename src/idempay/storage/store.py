@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, fields
 from typing import Any
 
-from sqlalchemy import Row, Table, and_, insert, select, update
+from sqlalchemy import Row, Table, and_, insert, literal, select, union_all, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from idempay.domain import states
 from idempay.domain.errors import DuplicateKey
 from idempay.domain.model import Instruction, Payment, PaymentView, Principal, new_id
-from idempay.domain.ports import Change, Clock
+from idempay.domain.ports import Change, Clock, Discrepancy
 from idempay.domain.states import Entity
 from idempay.storage import tables as t
 from idempay.storage.sqlite import WRITE_OPTION
@@ -62,9 +63,10 @@ class SqlTx:
         states.check(change.entity, change.frm, change.to)
         table, pk = TABLES[change.entity]
         now = self.clock.now()
+        guard = [table.c[k] == v for k, v in (change.guard or {}).items()]
         stmt = (
             update(table)
-            .where(table.c[pk] == change.id, table.c.status == change.frm)
+            .where(table.c[pk] == change.id, table.c.status == change.frm, *guard)
             .values(
                 status=change.to,
                 version=table.c.version + 1,
@@ -115,6 +117,105 @@ class SqlTx:
 
     async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
         return await _get_payment(self.conn, merchant_id, biz_no)
+
+    async def get_payment_by_id(self, payment_id: str) -> Payment | None:
+        q = select(t.payments).where(t.payments.c.id == payment_id)
+        row = (await self.conn.execute(q)).first()
+        return to_payment(row) if row else None
+
+    async def get_instruction(self, request_id: str) -> Instruction | None:
+        q = select(t.instructions).where(t.instructions.c.request_id == request_id)
+        row = (await self.conn.execute(q)).first()
+        return to_instruction(row) if row else None
+
+    async def touch_instruction(
+        self, request_id: str, status: str, guard: dict[str, Any], values: dict[str, Any]
+    ) -> bool:
+        c = t.instructions.c
+        cond = [c.request_id == request_id, c.status == status]
+        cond += [c[k] == v for k, v in guard.items()]
+        stmt = update(t.instructions).where(*cond).values(updated_at=self.clock.now(), **values)
+        return (await self.conn.execute(stmt)).rowcount == 1
+
+    async def insert_inbox(
+        self, channel: str, notify_id: str, request_id: str, result: str, body: str
+    ) -> None:
+        row = {
+            "channel": channel,
+            "notify_id": notify_id,
+            "request_id": request_id,
+            "result": result,
+            "body": body,
+            "received_at": self.clock.now(),
+        }
+        try:
+            await self.conn.execute(insert(t.callback_inbox).values(**row))
+        except IntegrityError as e:
+            raise DuplicateKey("callback_inbox") from e
+
+    async def set_inbox_result(self, channel: str, notify_id: str, result: str) -> None:
+        c = t.callback_inbox.c
+        stmt = update(t.callback_inbox).where(c.channel == channel, c.notify_id == notify_id)
+        await self.conn.execute(stmt.values(result=result))
+
+    async def add_discrepancy(self, d: Discrepancy) -> bool:
+        row = {
+            "id": new_id("dis", self.clock.now()),
+            "dedupe_key": d.dedupe_key[:200],
+            "source": d.source,
+            "class": d.cls,
+            "channel": d.channel,
+            "request_id": d.request_id,
+            "merchant_id": d.merchant_id,
+            "payment_id": d.payment_id,
+            "run_id": d.run_id,
+            "local": json.dumps(d.local, sort_keys=True, default=str),
+            "remote": json.dumps(d.remote, sort_keys=True, default=str),
+            "created_at": self.clock.now(),
+        }
+        return await insert_ignore(self.conn, t.discrepancies, row)
+
+    async def open_review(self, instruction: Instruction, reason: str) -> bool:
+        row = {
+            "id": new_id("rev", self.clock.now()),
+            "request_id": instruction.request_id,
+            "merchant_id": instruction.merchant_id,
+            "payment_id": instruction.payment_id,
+            "reason": reason[:512],
+            "status": "OPEN",
+            "created_at": self.clock.now(),
+        }
+        return await insert_ignore(self.conn, t.reviews, row)
+
+    async def close_review(
+        self, request_id: str, outcome: str, note: str, resolved_by: str
+    ) -> bool:
+        c = t.reviews.c
+        stmt = (
+            update(t.reviews)
+            .where(c.request_id == request_id, c.status == "OPEN")
+            .values(
+                status="RESOLVED",
+                outcome=outcome,
+                note=note[:1000],
+                resolved_by=resolved_by[:64],
+                resolved_at=self.clock.now(),
+            )
+        )
+        return (await self.conn.execute(stmt)).rowcount == 1
+
+
+async def insert_ignore(conn: AsyncConnection, table: Table, row: dict[str, Any]) -> bool:
+    """Insert unless a unique key exists, without an error that would abort the transaction.
+    True when the row was inserted."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        stmt: Any = pg_insert(table).values(**row).on_conflict_do_nothing()
+    elif name == "sqlite":
+        stmt = insert(table).values(**row).prefix_with("OR IGNORE")
+    else:
+        stmt = insert(table).values(**row).prefix_with("IGNORE")
+    return bool((await conn.execute(stmt)).rowcount == 1)
 
 
 def _jsonable(v: Any) -> Any:
@@ -230,3 +331,38 @@ class SqlStore:
         )
         async with self._read() as conn:
             return [dict(r._mapping) for r in (await conn.execute(q)).all()]
+
+    async def payment_views(self, payments: Sequence[Payment]) -> list[PaymentView]:
+        if not payments:
+            return []
+        c = t.instructions.c
+        q = (
+            select(t.instructions)
+            .where(c.payment_id.in_([p.id for p in payments]), c.owner_kind == Entity.PAYMENT.value)
+            .order_by(c.attempt, c.created_at)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(q)).all()
+        by_payment: dict[str, list[Instruction]] = {p.id: [] for p in payments}
+        for row in rows:
+            instruction = to_instruction(row)
+            by_payment[instruction.payment_id].append(instruction)
+        return [PaymentView(p, tuple(by_payment[p.id])) for p in payments]
+
+    async def find_principal_hash(self, key_hash: str) -> tuple[Principal, str] | None:
+        m, o = t.merchants, t.operators
+        q = union_all(
+            select(m.c.id, m.c.name, m.c.api_key_hash, literal(0).label("op"))
+            .where(m.c.api_key_hash == key_hash),
+            select(o.c.id, o.c.name, o.c.api_key_hash, literal(1).label("op"))
+            .where(o.c.api_key_hash == key_hash),
+        )  # fmt: skip
+        async with self._read() as conn:
+            row = (await conn.execute(q)).first()
+        if row is None:
+            return None
+        return Principal(row.id, row.name, is_operator=bool(row.op)), row.api_key_hash
+
+    async def ping(self) -> None:
+        async with self._read() as conn:
+            await conn.execute(select(literal(1)))

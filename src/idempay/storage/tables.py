@@ -170,16 +170,73 @@ transitions = Table(
 outbox = Table(
     "outbox",
     metadata,
-    Column("id", ID, primary_key=True),
+    Column("seq", LogId, primary_key=True, autoincrement=True),  # delivery order
+    Column("id", ID, nullable=False, unique=True),  # the stable event id merchants dedupe on
     Column("merchant_id", ID, nullable=False),
     Column("kind", String(64), nullable=False),
     Column("object_id", ID, nullable=False),
     Column("data", Text, nullable=False),
+    Column("status", CODE, nullable=False, server_default=text("'PENDING'")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("next_attempt_at", UTCDateTime),
+    Column("lease_until", UTCDateTime),
+    Column("last_error", String(256)),
     Column("delivered_at", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
-    Index("ix_outbox_due", "delivered_at", "next_attempt_at"),
+    Index("ix_outbox_due", "status", "next_attempt_at"),
+    Index("ix_outbox_object", "object_id", "seq"),
+    **MYSQL,
+)
+
+# Callbacks received, keyed by the channel's notify id: a duplicate is acknowledged, not applied.
+callback_inbox = Table(
+    "callback_inbox",
+    metadata,
+    Column("channel", String(32), primary_key=True),
+    Column("notify_id", KEY, primary_key=True),
+    Column("request_id", ID, nullable=False),
+    Column("result", CODE, nullable=False),  # APPLIED | NOOP | DISCREPANCY
+    Column("body", Text, nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+    **MYSQL,
+)
+
+# Evidence that disagrees with our books, never dropped. `dedupe_key` makes recording idempotent.
+discrepancies = Table(
+    "discrepancies",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("dedupe_key", String(200), nullable=False, unique=True),
+    Column("source", CODE, nullable=False),  # callback | query | operator | reconciliation
+    Column("class", String(32), nullable=False),
+    Column("channel", String(32), nullable=False),
+    Column("request_id", ID),
+    Column("merchant_id", ID),
+    Column("payment_id", ID),
+    Column("local", Text, nullable=False),
+    Column("remote", Text, nullable=False),
+    Column("run_id", ID),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_discrepancies_run", "run_id"),
+    **MYSQL,
+)
+
+# The manual-confirmation queue: one item per instruction that automation could not resolve.
+reviews = Table(
+    "reviews",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("request_id", ID, nullable=False, unique=True),
+    Column("merchant_id", ID, nullable=False),
+    Column("payment_id", ID, nullable=False),
+    Column("reason", String(512), nullable=False),
+    Column("status", CODE, nullable=False),  # OPEN | RESOLVED
+    Column("outcome", CODE),
+    Column("note", String(1000)),
+    Column("resolved_by", String(64)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("resolved_at", UTCDateTime),
+    Index("ix_reviews_status", "status", "id"),
     **MYSQL,
 )
 
@@ -189,9 +246,11 @@ idempotency_keys = Table(
     Column("merchant_id", ID, primary_key=True),
     Column("key", KEY, primary_key=True),
     Column("fingerprint", String(64), nullable=False),
-    Column("response_status", Integer),
+    Column("resource_id", ID),  # the payment the keyed request created or changed
+    Column("response_status", Integer),  # NULL while the first request is in flight
     Column("response_body", Text),
     Column("created_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
+    Index("ix_idempotency_keys_expires", "expires_at"),
     **MYSQL,
 )

@@ -26,6 +26,9 @@ INITIAL = (
     "transitions",
     "outbox",
     "idempotency_keys",
+    "callback_inbox",
+    "discrepancies",
+    "reviews",
 )
 
 

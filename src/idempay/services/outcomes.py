@@ -1,0 +1,74 @@
+"""Applying an instruction's outcome: one CAS on the instruction and its owner, in one transaction.
+
+Every source of evidence (the charge's own answer, a callback, a query, an operator) goes through
+`apply_outcome`, so they can race freely: the first one moves the rows, the others see why not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from idempay.domain.errors import InvalidState
+from idempay.domain.model import Instruction
+from idempay.domain.ports import Change, Tx
+from idempay.domain.states import Entity, InstructionStatus, payment_status_for
+
+I = InstructionStatus
+TERMINAL = frozenset({I.SUCCESS, I.FAILED})
+
+
+class Applied(StrEnum):
+    APPLIED = "APPLIED"  # this call moved the instruction (and its owner)
+    SAME = "SAME"  # it was already there: nothing to do
+    CONFLICT = "CONFLICT"  # it is terminal with the other outcome: a discrepancy
+    MOVED = "MOVED"  # someone else moved it to another non-terminal state first
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    outcome: InstructionStatus
+    actor: str
+    reason: str
+    txn_id: str | None = None
+    values: dict[str, Any] | None = None
+    guard: dict[str, Any] | None = None
+
+
+async def apply_outcome(tx: Tx, seen: Instruction, ev: Evidence) -> tuple[Applied, Instruction]:
+    """CAS `seen` (the state the evidence was judged against) to `ev.outcome`, with its owner.
+    On a lost race, re-read and classify; never moves a terminal instruction."""
+    if seen.status == ev.outcome:
+        return Applied.SAME, seen
+    if seen.status in TERMINAL:
+        return Applied.CONFLICT, seen
+    values: dict[str, Any] = {"lease_owner": None, "lease_until": None, **(ev.values or {})}
+    if ev.txn_id is not None:
+        values["channel_txn_id"] = ev.txn_id
+    change = Change(Entity.INSTRUCTION, seen.request_id, seen.status, ev.outcome, ev.reason,
+                    ev.actor, values, ev.guard)  # fmt: skip
+    if not await tx.transition(change):
+        now = await tx.get_instruction(seen.request_id)
+        assert now is not None
+        if now.status == ev.outcome:
+            return Applied.SAME, now
+        return (Applied.CONFLICT if now.status in TERMINAL else Applied.MOVED), now
+    await _move_owner(tx, seen, ev)
+    return Applied.APPLIED, seen
+
+
+async def _move_owner(tx: Tx, seen: Instruction, ev: Evidence) -> None:
+    if seen.owner_kind != Entity.PAYMENT:
+        raise NotImplementedError(f"owner kind {seen.owner_kind}")
+    pay_from = payment_status_for(I(seen.status))
+    pay_to = payment_status_for(ev.outcome)
+    if pay_to == pay_from:
+        return
+    moved = await tx.transition(
+        Change(Entity.PAYMENT, seen.owner_id, pay_from, pay_to,
+               f"instruction {seen.request_id} {ev.outcome}: {ev.reason}", ev.actor),
+        event=f"payment.{pay_to.lower()}",
+    )  # fmt: skip
+    if not moved:  # the instruction and its payment move together; anything else is a defect
+        raise InvalidState(f"payment {seen.owner_id} is not {pay_from}")

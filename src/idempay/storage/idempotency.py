@@ -1,0 +1,94 @@
+"""The Idempotency-Key records (table `idempotency_keys`): claim inside the resource's
+transaction, answer, replay, expire. SQLAlchemy Core, the same on every dialect."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from idempay.domain.errors import DuplicateKey
+from idempay.domain.ports import IdempotencyRecord, Tx
+from idempay.storage import tables as t
+from idempay.storage.sqlite import WRITE_OPTION
+from idempay.storage.store import SqlTx
+
+_COLS = [f.name for f in fields(IdempotencyRecord)]
+_k = t.idempotency_keys
+_c = _k.c
+
+
+def _record(row: Row[Any]) -> IdempotencyRecord:
+    m = row._mapping
+    return IdempotencyRecord(**{c: m[c] for c in _COLS})
+
+
+def _conn(tx: Tx) -> AsyncConnection:
+    if not isinstance(tx, SqlTx):  # pragma: no cover - only SqlStore transactions exist
+        raise TypeError(f"an idempotency record needs a SqlTx, got {type(tx).__name__}")
+    return tx.conn
+
+
+class SqlIdempotencyRecords:
+    """The IdempotencyRecords port. The primary key (merchant_id, key) is the arbiter: of many
+    concurrent first uses of one key, exactly one insert succeeds."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
+        q = select(_k).where(_c.merchant_id == merchant_id, _c.key == key)
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(q)).first()
+        return _record(row) if row else None
+
+    async def claim(self, tx: Tx, record: IdempotencyRecord) -> None:
+        try:
+            await _conn(tx).execute(insert(_k).values(**asdict(record)))
+        except IntegrityError as e:
+            raise DuplicateKey("idempotency_key") from e
+
+    async def complete(self, merchant_id: str, key: str, status: int, body: str) -> bool:
+        stmt = (
+            update(_k)
+            .where(_c.merchant_id == merchant_id, _c.key == key, _c.response_status.is_(None))
+            .values(response_status=status, response_body=body)
+        )
+        async with self._write() as conn:
+            return bool((await conn.execute(stmt)).rowcount == 1)
+
+    async def remember(self, record: IdempotencyRecord) -> bool:
+        try:
+            async with self._write() as conn:
+                await conn.execute(insert(_k).values(**asdict(record)))
+        except IntegrityError:
+            return False
+        return True
+
+    async def forget_expired(self, merchant_id: str, key: str, now: datetime) -> None:
+        stmt = delete(_k).where(_c.merchant_id == merchant_id, _c.key == key, _c.expires_at <= now)
+        async with self._write() as conn:
+            await conn.execute(stmt)
+
+    async def purge_expired(self, now: datetime, limit: int) -> int:
+        due = select(_c.merchant_id, _c.key).where(_c.expires_at <= now).limit(limit)
+        async with self._write() as conn:
+            keys = [(r.merchant_id, r.key) for r in (await conn.execute(due)).all()]
+            if keys:
+                stmt = delete(_k).where(tuple_(_c.merchant_id, _c.key).in_(keys), _c.expires_at <= now)
+                await conn.execute(stmt)
+        return len(keys)
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        """One short write transaction (SQLite: BEGIN IMMEDIATE), committed on a clean exit."""
+        async with self.engine.connect() as conn:
+            await conn.execution_options(**{WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
