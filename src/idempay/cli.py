@@ -81,6 +81,18 @@ def serve(
 
 
 @app.command()
+def worker(
+    once: Annotated[
+        bool, typer.Option("--once", help="Run every job that is due now, then exit.")
+    ] = False,
+) -> None:
+    """Resolve UNKNOWN and stale instructions by query, open review items, deliver webhooks."""
+    from idempay import worker as worker_loop
+
+    asyncio.run(worker_loop.main(_settings(), once=once))
+
+
+@app.command()
 def simbank(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,

@@ -33,6 +33,12 @@ class Settings:
     idempotency_ttl_s: int = 24 * 3600
     max_body_bytes: int = 64 * 1024
     log_format: str = "auto"  # auto | json | console
+    # the worker (docs/operations.md)
+    resolve_backoff_s: tuple[float, ...] = (2, 5, 10, 30, 60, 120, 300, 600, 900)
+    max_queries: int = 20
+    not_found_grace_s: float = 30.0
+    worker_lease_s: float = 60.0
+    worker_poll_s: float = 1.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -49,6 +55,11 @@ class Settings:
             idempotency_ttl_s=_int(env, "IDEMPAY_IDEMPOTENCY_TTL_S", d.idempotency_ttl_s),
             max_body_bytes=_int(env, "IDEMPAY_MAX_BODY_BYTES", d.max_body_bytes),
             log_format=env.get("IDEMPAY_LOG_FORMAT", d.log_format),
+            resolve_backoff_s=_backoff(env.get("IDEMPAY_RESOLVE_BACKOFF_S"), d.resolve_backoff_s),
+            max_queries=_int(env, "IDEMPAY_MAX_QUERIES", d.max_queries),
+            not_found_grace_s=_int(env, "IDEMPAY_NOT_FOUND_GRACE_MS", 30_000) / 1000,
+            worker_lease_s=_int(env, "IDEMPAY_WORKER_LEASE_MS", 60_000) / 1000,
+            worker_poll_s=_int(env, "IDEMPAY_WORKER_POLL_MS", 1_000) / 1000,
         )
 
 
@@ -63,6 +74,18 @@ def _int(env: Mapping[str, str], name: str, default: int, hi: int = 2**62) -> in
     if not 1 <= value <= hi:
         raise ConfigError(f"{name} must be between 1 and {hi}")
     return value
+
+
+def _backoff(raw: str | None, default: tuple[float, ...]) -> tuple[float, ...]:
+    if not raw:
+        return default
+    try:
+        steps = tuple(float(x) for x in raw.split(","))
+    except ValueError:
+        raise ConfigError("IDEMPAY_RESOLVE_BACKOFF_S must be comma-separated seconds") from None
+    if not steps or any(s <= 0 for s in steps):
+        raise ConfigError("IDEMPAY_RESOLVE_BACKOFF_S needs at least one positive step")
+    return steps
 
 
 def _channels(raw: str | None) -> Mapping[str, Mapping[str, Any]]:

@@ -84,6 +84,8 @@ class Instruction:
     created_at: datetime
     updated_at: datetime
     receiver_id: str | None = None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

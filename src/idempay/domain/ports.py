@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -107,7 +107,25 @@ class Channel(Protocol):
 
     async def query(self, kind: OpKind, request_id: str) -> ChannelAnswer: ...
 
-    async def close(self, kind: OpKind, request_id: str) -> ChannelAnswer: ...
+    async def close(self, kind: OpKind, request_id: str) -> ChannelAnswer:
+        """CLOSED when this closed it (it can never execute later); the real status when the
+        request_id had already executed."""
+        ...
+
+    async def statement(self, day: date) -> list[StatementLine]:
+        """Every operation the channel executed on `day` (UTC), each execution once."""
+        ...
+
+    def verify_callback(
+        self, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ChannelNotification:
+        """The notification in a callback; raises InvalidSignature (channels.errors) for a bad or
+        missing signature or a timestamp too far from `now`, checked before parsing the body."""
+        ...
+
+    def callback_ack(self) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and JSON body the channel expects for an accepted callback."""
+        ...
 
 
 # --- front lock --------------------------------------------------------------------------------
@@ -198,6 +216,26 @@ class Tx(Protocol):
     ) -> bool: ...
 
 
+class WorkQueue(Protocol):
+    """Leased batches of due work, shared safely by many workers."""
+
+    async def claim_instructions(
+        self, *, worker: str, lease_s: float, limit: int, sweep_before: datetime | None = None
+    ) -> list[Instruction]: ...
+
+    async def claim_events(self, *, lease_s: float, limit: int) -> list[dict[str, Any]]: ...
+
+    async def finish_event(
+        self,
+        seq: int,
+        *,
+        status: str,
+        attempts: int,
+        error: str | None,
+        next_attempt_at: datetime | None,
+    ) -> None: ...
+
+
 class Store(Protocol):
     def begin(self) -> AbstractAsyncContextManager[Tx]:
         """A write transaction (SQLite: BEGIN IMMEDIATE)."""
@@ -228,6 +266,12 @@ class Store(Protocol):
     async def add_operator(self, operator_id: str, name: str, key_hash: str) -> None: ...
 
     async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]: ...
+
+    async def get_review(self, review_id: str) -> dict[str, Any] | None: ...
+
+    async def list_reviews(
+        self, *, status: str | None, limit: int, before_id: str | None
+    ) -> list[dict[str, Any]]: ...
 
     async def payment_views(self, payments: Sequence[Payment]) -> list[PaymentView]:
         """Views of many payments with one query for all their instructions (lists)."""

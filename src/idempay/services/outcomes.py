@@ -24,6 +24,7 @@ class Applied(StrEnum):
     SAME = "SAME"  # it was already there: nothing to do
     CONFLICT = "CONFLICT"  # it is terminal with the other outcome: a discrepancy
     MOVED = "MOVED"  # someone else moved it to another non-terminal state first
+    SUPERSEDED = "SUPERSEDED"  # "unknown" or "processing" arrived after a definitive outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +43,28 @@ async def apply_outcome(tx: Tx, seen: Instruction, ev: Evidence) -> tuple[Applie
     if seen.status == ev.outcome:
         return Applied.SAME, seen
     if seen.status in TERMINAL:
-        return Applied.CONFLICT, seen
+        return (Applied.CONFLICT if ev.outcome in TERMINAL else Applied.SUPERSEDED), seen
     values: dict[str, Any] = {"lease_owner": None, "lease_until": None, **(ev.values or {})}
     if ev.txn_id is not None:
         values["channel_txn_id"] = ev.txn_id
-    change = Change(Entity.INSTRUCTION, seen.request_id, seen.status, ev.outcome, ev.reason,
-                    ev.actor, values, ev.guard)  # fmt: skip
+    change = Change(
+        Entity.INSTRUCTION,
+        seen.request_id,
+        seen.status,
+        ev.outcome,
+        ev.reason,
+        ev.actor,
+        values,
+        ev.guard,
+    )
     if not await tx.transition(change):
         now = await tx.get_instruction(seen.request_id)
         assert now is not None
         if now.status == ev.outcome:
             return Applied.SAME, now
-        return (Applied.CONFLICT if now.status in TERMINAL else Applied.MOVED), now
+        if now.status in TERMINAL:
+            return (Applied.CONFLICT if ev.outcome in TERMINAL else Applied.SUPERSEDED), now
+        return Applied.MOVED, now
     await _move_owner(tx, seen, ev)
     return Applied.APPLIED, seen
 
@@ -66,9 +77,15 @@ async def _move_owner(tx: Tx, seen: Instruction, ev: Evidence) -> None:
     if pay_to == pay_from:
         return
     moved = await tx.transition(
-        Change(Entity.PAYMENT, seen.owner_id, pay_from, pay_to,
-               f"instruction {seen.request_id} {ev.outcome}: {ev.reason}", ev.actor),
+        Change(
+            Entity.PAYMENT,
+            seen.owner_id,
+            pay_from,
+            pay_to,
+            f"instruction {seen.request_id} {ev.outcome}: {ev.reason}",
+            ev.actor,
+        ),
         event=f"payment.{pay_to.lower()}",
-    )  # fmt: skip
+    )
     if not moved:  # the instruction and its payment move together; anything else is a defect
         raise InvalidState(f"payment {seen.owner_id} is not {pay_from}")

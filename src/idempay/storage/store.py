@@ -323,6 +323,22 @@ class SqlStore:
                 )
             )
 
+    async def get_review(self, review_id: str) -> dict[str, Any] | None:
+        async with self._read() as conn:
+            row = (await conn.execute(select(t.reviews).where(t.reviews.c.id == review_id))).first()
+        return dict(row._mapping) if row else None
+
+    async def list_reviews(
+        self, *, status: str | None, limit: int, before_id: str | None
+    ) -> list[dict[str, Any]]:
+        c = t.reviews.c
+        cond = [c.status == status] if status else []
+        if before_id is not None:
+            cond.append(c.id < before_id)
+        q = select(t.reviews).where(*cond).order_by(c.id.desc()).limit(limit)
+        async with self._read() as conn:
+            return [dict(r._mapping) for r in (await conn.execute(q)).all()]
+
     async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]:
         q = (
             select(t.transitions)
@@ -352,11 +368,13 @@ class SqlStore:
     async def find_principal_hash(self, key_hash: str) -> tuple[Principal, str] | None:
         m, o = t.merchants, t.operators
         q = union_all(
-            select(m.c.id, m.c.name, m.c.api_key_hash, literal(0).label("op"))
-            .where(m.c.api_key_hash == key_hash),
-            select(o.c.id, o.c.name, o.c.api_key_hash, literal(1).label("op"))
-            .where(o.c.api_key_hash == key_hash),
-        )  # fmt: skip
+            select(m.c.id, m.c.name, m.c.api_key_hash, literal(0).label("op")).where(
+                m.c.api_key_hash == key_hash
+            ),
+            select(o.c.id, o.c.name, o.c.api_key_hash, literal(1).label("op")).where(
+                o.c.api_key_hash == key_hash
+            ),
+        )
         async with self._read() as conn:
             row = (await conn.execute(q)).first()
         if row is None:
