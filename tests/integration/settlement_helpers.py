@@ -25,7 +25,9 @@ def cmd(biz_no: str = "PAY_1", amount: int = 19900, notify_url: str | None = Non
     return ChargeCommand(biz_no, "ORD001", amount, "CNY", "scripted", notify_url=notify_url)
 
 
-async def build(url: str, channel: object, clock: ManualClock, **settings: object) -> bootstrap.Container:
+async def build(
+    url: str, channel: object, clock: ManualClock, **settings: object
+) -> bootstrap.Container:
     conf = Settings(database_url=url, channel_timeout_s=2.0, **settings)  # type: ignore[arg-type]
     return await bootstrap.build(conf, clock=clock, channels={"scripted": channel})  # type: ignore[dict-item]
 

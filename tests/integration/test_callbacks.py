@@ -43,9 +43,16 @@ async def merchant(c: bootstrap.Container) -> str:
     return mid
 
 
-def note(request_id: str, status: str = "SUCCESS", notify_id: str = "n1", amount: int = 19900,
-         currency: str = "CNY") -> ChannelNotification:  # fmt: skip
-    return ChannelNotification(notify_id, request_id, OpKind.PAY, ChannelStatus(status), amount, currency)
+def note(
+    request_id: str,
+    status: str = "SUCCESS",
+    notify_id: str = "n1",
+    amount: int = 19900,
+    currency: str = "CNY",
+) -> ChannelNotification:
+    return ChannelNotification(
+        notify_id, request_id, OpKind.PAY, ChannelStatus(status), amount, currency
+    )
 
 
 async def rows(c: bootstrap.Container, table: t.Table, **where: object) -> int:
@@ -85,8 +92,12 @@ async def test_twenty_concurrent_duplicates_make_one_transition_and_one_event(
 
     def deliver() -> None:
         async def go() -> str:
-            other = await bootstrap.build(Settings(database_url=database_url), channels={},
-                                          run_migrations=False, null_pool=True)  # fmt: skip
+            other = await bootstrap.build(
+                Settings(database_url=database_url),
+                channels={},
+                run_migrations=False,
+                null_pool=True,
+            )
             try:
                 barrier.wait()
                 return await Callbacks(other.store).receive("scripted", note(rid))
@@ -99,7 +110,9 @@ async def test_twenty_concurrent_duplicates_make_one_transition_and_one_event(
             results.append(e)
 
     threads = [threading.Thread(target=deliver) for _ in range(20)]
-    await asyncio.to_thread(lambda: ([th.start() for th in threads], [th.join(60) for th in threads]))
+    await asyncio.to_thread(
+        lambda: ([th.start() for th in threads], [th.join(60) for th in threads])
+    )
     assert sorted(map(str, results)) == ["APPLIED"] + ["DUPLICATE"] * 19
     assert await rows(c, t.outbox, kind="payment.success") == 1
     assert await rows(c, t.transitions, entity_id=rid, to_status="SUCCESS") == 1
@@ -116,7 +129,9 @@ async def test_a_callback_with_another_amount_is_not_applied_and_is_recorded(
     assert await rows(c, t.discrepancies, request_id=rid, **{"class": "AMOUNT_MISMATCH"}) == 1
 
 
-async def test_a_callback_for_an_unknown_request_is_kept_as_a_discrepancy(c: bootstrap.Container) -> None:
+async def test_a_callback_for_an_unknown_request_is_kept_as_a_discrepancy(
+    c: bootstrap.Container,
+) -> None:
     assert await Callbacks(c.store).receive("scripted", note("req_nobody")) == "DISCREPANCY"
     assert await rows(c, t.discrepancies, **{"class": "UNKNOWN_REQUEST"}) == 1
     assert await rows(c, t.callback_inbox, request_id="req_nobody") == 1

@@ -59,7 +59,11 @@ async def status(c: bootstrap.Container, merchant: str, biz_no: str = "PAY_1") -
 
 
 async def test_unknown_is_resolved_by_query_without_sending_again(
-    c: bootstrap.Container, merchant: str, inner: ScriptedChannel, wrapped: Wrapped, clock: ManualClock
+    c: bootstrap.Container,
+    merchant: str,
+    inner: ScriptedChannel,
+    wrapped: Wrapped,
+    clock: ManualClock,
 ) -> None:
     inner.plan(Behavior.HALF_OPEN)
     await c.payments.charge(merchant, cmd())
@@ -69,7 +73,9 @@ async def test_unknown_is_resolved_by_query_without_sending_again(
     assert await resolver(c).run_once() == 1
     assert await status(c, merchant) == ("SUCCESS", "SUCCESS")
     assert inner.calls == 1 and len(wrapped.queries) == 1
-    log = await c.store.transition_log(Entity.PAYMENT, (await c.payments.get(merchant, "PAY_1")).payment.id)
+    log = await c.store.transition_log(
+        Entity.PAYMENT, (await c.payments.get(merchant, "PAY_1")).payment.id
+    )
     assert log[-1]["actor"].startswith("worker:w1") and "query" in log[-1]["reason"]
 
 
@@ -90,7 +96,11 @@ async def test_a_crash_after_the_channel_executed_is_found_by_query(
 
 
 async def test_never_received_is_closed_at_the_channel_then_failed_and_can_never_execute(
-    c: bootstrap.Container, merchant: str, inner: ScriptedChannel, wrapped: Wrapped, clock: ManualClock
+    c: bootstrap.Container,
+    merchant: str,
+    inner: ScriptedChannel,
+    wrapped: Wrapped,
+    clock: ManualClock,
 ) -> None:
     wrapped.before_execute = crash_before_sending
     with pytest.raises(Crash):
@@ -115,7 +125,11 @@ async def test_never_received_is_closed_at_the_channel_then_failed_and_can_never
 
 
 async def test_exhausted_queries_open_a_review_the_operator_resolves_it(
-    c: bootstrap.Container, merchant: str, inner: ScriptedChannel, wrapped: Wrapped, clock: ManualClock
+    c: bootstrap.Container,
+    merchant: str,
+    inner: ScriptedChannel,
+    wrapped: Wrapped,
+    clock: ManualClock,
 ) -> None:
     inner.plan(Behavior.HALF_OPEN)
     await c.payments.charge(merchant, cmd())
@@ -126,7 +140,9 @@ async def test_exhausted_queries_open_a_review_the_operator_resolves_it(
     [review] = await c.store.list_reviews(status="OPEN", limit=10, before_id=None)
     assert "unresolved after 3 queries" in review["reason"]
     op_id, _ = await bootstrap.create_principal(c.store, "alice", operator=True)
-    result = await Reviews(c.store).resolve(review["id"], "SUCCESS", "bank statement line 42", op_id)
+    result = await Reviews(c.store).resolve(
+        review["id"], "SUCCESS", "bank statement line 42", op_id
+    )
     assert result == "APPLIED"
     assert await status(c, merchant) == ("SUCCESS", "SUCCESS")
     payment_id = (await c.payments.get(merchant, "PAY_1")).payment.id
@@ -136,7 +152,11 @@ async def test_exhausted_queries_open_a_review_the_operator_resolves_it(
 
 
 async def test_a_stale_answer_from_a_worker_whose_lease_expired_is_not_applied(
-    c: bootstrap.Container, merchant: str, inner: ScriptedChannel, wrapped: Wrapped, clock: ManualClock
+    c: bootstrap.Container,
+    merchant: str,
+    inner: ScriptedChannel,
+    wrapped: Wrapped,
+    clock: ManualClock,
 ) -> None:
     inner.plan(Behavior.PENDING)  # the channel has it, still processing
     await c.payments.charge(merchant, cmd())

@@ -36,8 +36,11 @@ async def test_two_workers_over_500_unknown_resolve_each_once_never_concurrently
 
     def work(name: str) -> None:
         async def go() -> None:
-            w = await bootstrap.build(Settings(database_url=postgres_url, worker_lease_s=120),
-                                      channels={"scripted": channel}, run_migrations=False)  # fmt: skip
+            w = await bootstrap.build(
+                Settings(database_url=postgres_url, worker_lease_s=120),
+                channels={"scripted": channel},
+                run_migrations=False,
+            )
             resolver = bootstrap.build_worker(w, name).resolver
             barrier.wait()
             while await resolver.run_once():
