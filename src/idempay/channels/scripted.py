@@ -2,24 +2,37 @@
 
 It is the test double of the Channel port, shipped in the package (like structlog.testing) so
 tests, benchmarks and sandboxes can drive outcomes deterministically, including the half-open
-case where the channel executes and the answer is lost.
+case where the channel executes and the answer is lost. Its callbacks use simbank's wire format
+and signature (`signed_callback` makes one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
+from idempay.channels.simbank import parse_callback
 from idempay.domain.errors import Declined, NotSent, OutcomeUnknown
 from idempay.domain.model import OpKind
-from idempay.domain.ports import ChannelAnswer, ChannelOp, ChannelStatus
+from idempay.domain.ports import (
+    ChannelAnswer,
+    ChannelNotification,
+    ChannelOp,
+    ChannelStatus,
+    StatementLine,
+)
+from idempay.simbank.signing import signed_headers
+
+DEFAULT_SECRET = "scripted-secret"
 
 
 class Behavior(StrEnum):
@@ -43,6 +56,7 @@ class Execution:
     status: str
     txn_id: str
     executed_at: str
+    receiver_id: str | None = None
 
 
 class ScriptedChannel:
@@ -58,8 +72,10 @@ class ScriptedChannel:
         idempotency: bool = True,
         ledger_path: Path | None = None,
         after_execute: Callable[[ChannelOp], None] | None = None,
+        secret: str = DEFAULT_SECRET,
     ) -> None:
         self.name = name
+        self.secret = secret
         self.default = default
         self.delay_s = delay_s
         self.idempotency = idempotency
@@ -137,6 +153,47 @@ class ScriptedChannel:
             self._status[request_id] = settled
             self.ledger[self.ledger.index(e)] = settled
 
+    async def statement(self, day: date) -> list[StatementLine]:
+        """Every execution whose executed_at falls on `day` (UTC), oldest first."""
+        with self._lock:
+            ledger = list(self.ledger)
+        lines = [_line(e) for e in ledger]
+        return [line for line in lines if line.executed_at.astimezone(UTC).date() == day]
+
+    def verify_callback(
+        self, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ChannelNotification:
+        """Checks a callback as simbank's adapter does (signature with `secret`, then parse)."""
+        return parse_callback(self.secret, headers, body, now)
+
+    def callback_ack(self) -> tuple[int, dict[str, Any]]:
+        return 200, {"code": "SUCCESS"}
+
+    def signed_callback(
+        self, request_id: str, *, now: datetime | None = None, notify_id: str | None = None
+    ) -> tuple[dict[str, str], bytes]:
+        """Headers and body of a callback announcing the current status of `request_id`, signed
+        with `secret` at `now` (for tests of the callback path)."""
+        with self._lock:
+            e = self._status[request_id]
+        timestamp = int((now or datetime.now(UTC)).timestamp())
+        payload = {
+            "notify_id": notify_id or f"ntf_{secrets.token_hex(12)}",
+            "request_id": e.request_id,
+            "kind": e.kind,
+            "payment_ref": e.payment_ref,
+            "receiver_id": e.receiver_id,
+            "amount": e.amount,
+            "currency": e.currency,
+            "status": e.status,
+            "reason": None,
+            "channel_txn_id": e.txn_id,
+            "executed_at": e.executed_at,
+            "timestamp": timestamp,
+        }
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        return signed_headers(self.secret, body, timestamp), body
+
     def _record(self, op: ChannelOp, status: str) -> Execution:
         e = Execution(
             request_id=op.request_id,
@@ -147,6 +204,7 @@ class ScriptedChannel:
             status=status,
             txn_id=f"sc{len(self.ledger) + 1:08d}",
             executed_at=datetime.now(UTC).isoformat(),
+            receiver_id=op.receiver_id,
         )
         self.ledger.append(e)
         self._status.setdefault(op.request_id, e)
@@ -159,3 +217,17 @@ class ScriptedChannel:
     @staticmethod
     def _answer(e: Execution) -> ChannelAnswer:
         return ChannelAnswer(e.request_id, ChannelStatus(e.status), e.amount, e.currency, e.txn_id)
+
+
+def _line(e: Execution) -> StatementLine:
+    return StatementLine(
+        request_id=e.request_id,
+        kind=OpKind(e.kind),
+        payment_ref=e.payment_ref,
+        amount=e.amount,
+        currency=e.currency,
+        status=ChannelStatus(e.status),
+        channel_txn_id=e.txn_id,
+        executed_at=datetime.fromisoformat(e.executed_at),
+        receiver_id=e.receiver_id,
+    )

@@ -89,6 +89,67 @@ class Instruction:
 
 
 @dataclass(frozen=True, slots=True)
+class Refund:
+    id: str
+    merchant_id: str
+    refund_no: str
+    payment_id: str
+    biz_no: str
+    amount: int
+    currency: str
+    channel: str
+    status: str
+    reason: str | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    id: str
+    merchant_id: str
+    split_no: str
+    payment_id: str
+    biz_no: str
+    amount: int
+    currency: str
+    channel: str
+    status: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SplitItem:
+    id: str
+    split_id: str
+    merchant_id: str
+    position: int
+    receiver_id: str
+    amount: int
+    status: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RefundView:
+    refund: Refund
+    instructions: tuple[Instruction, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class SplitView:
+    """A split with its items, each with its instruction (None before the split starts)."""
+
+    split: Split
+    items: tuple[tuple[SplitItem, Instruction | None], ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
 class PaymentView:
     """A payment with its instructions, oldest attempt first: what the API answers."""
 

@@ -9,7 +9,18 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from idempay.domain.model import Instruction, OpKind, Payment, PaymentView, Principal
+from idempay.domain.model import (
+    Instruction,
+    OpKind,
+    Payment,
+    PaymentView,
+    Principal,
+    Refund,
+    RefundView,
+    Split,
+    SplitItem,
+    SplitView,
+)
 from idempay.domain.states import Entity
 
 
@@ -215,6 +226,21 @@ class Tx(Protocol):
         self, request_id: str, outcome: str, note: str, resolved_by: str
     ) -> bool: ...
 
+    # refunds, splits and the payment's balance (storage/balances.py)
+    async def insert_refund(self, refund: Refund) -> None: ...
+
+    async def insert_split(self, split: Split, items: list[SplitItem]) -> None: ...
+
+    async def reserve(self, payment_id: str, amount: int) -> bool: ...
+
+    async def settle_reservation(self, payment_id: str, amount: int, into: str | None) -> None: ...
+
+    async def get_split_item(self, item_id: str) -> SplitItem | None: ...
+
+    async def lock_split(self, split_id: str) -> Split | None: ...
+
+    async def split_item_statuses(self, split_id: str) -> list[str]: ...
+
 
 class WorkQueue(Protocol):
     """Leased batches of due work, shared safely by many workers."""
@@ -268,6 +294,16 @@ class Store(Protocol):
     async def transition_log(self, entity: Entity, id: str) -> list[dict[str, Any]]: ...
 
     async def get_review(self, review_id: str) -> dict[str, Any] | None: ...
+
+    async def get_refund(self, merchant_id: str, refund_no: str) -> Refund | None: ...
+
+    async def refund_view(self, refund: Refund) -> RefundView: ...
+
+    async def get_split(self, merchant_id: str, split_no: str) -> Split | None: ...
+
+    async def get_split_by_id(self, split_id: str) -> Split | None: ...
+
+    async def split_view(self, split: Split) -> SplitView: ...
 
     async def list_reviews(
         self, *, status: str | None, limit: int, before_id: str | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from idempay.domain.errors import IllegalTransition
 
@@ -24,9 +25,29 @@ class InstructionStatus(StrEnum):
     FAILED = "FAILED"
 
 
+class SplitStatus(StrEnum):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    SUCCESS = "SUCCESS"  # every item succeeded
+    PARTIAL = "PARTIAL"  # some succeeded, some failed
+    FAILED = "FAILED"  # every item failed
+    CLOSED = "CLOSED"
+
+
+class SplitItemStatus(StrEnum):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    UNKNOWN = "UNKNOWN"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+
 class Entity(StrEnum):
     PAYMENT = "payment"
     INSTRUCTION = "instruction"
+    REFUND = "refund"
+    SPLIT = "split"
+    SPLIT_ITEM = "split_item"
 
 
 P, I = PaymentStatus, InstructionStatus
@@ -48,6 +69,32 @@ INSTRUCTION_TRANSITIONS: dict[InstructionStatus, frozenset[InstructionStatus]] =
     I.FAILED: frozenset(),
 }
 
+S, SI = SplitStatus, SplitItemStatus
+
+# Only PENDING may start executing: the CAS PENDING -> PROCESSING is what makes a second
+# execution of the same split impossible.
+SPLIT_TRANSITIONS: dict[SplitStatus, frozenset[SplitStatus]] = {
+    S.PENDING: frozenset({S.PROCESSING, S.CLOSED}),
+    S.PROCESSING: frozenset({S.SUCCESS, S.PARTIAL, S.FAILED}),
+    S.SUCCESS: frozenset(),
+    S.PARTIAL: frozenset(),
+    S.FAILED: frozenset(),
+    S.CLOSED: frozenset(),
+}
+
+SPLIT_ITEM_TRANSITIONS: dict[SplitItemStatus, frozenset[SplitItemStatus]] = {
+    SI.PENDING: frozenset({SI.PROCESSING}),
+    SI.PROCESSING: frozenset({SI.SUCCESS, SI.FAILED, SI.UNKNOWN}),
+    SI.UNKNOWN: frozenset({SI.SUCCESS, SI.FAILED}),
+    SI.SUCCESS: frozenset(),
+    SI.FAILED: frozenset(),
+}
+
+
+def _table(t: dict[Any, frozenset[Any]]) -> dict[str, frozenset[str]]:
+    return {k.value: frozenset(v.value for v in vs) for k, vs in t.items()}
+
+
 TRANSITIONS: dict[Entity, dict[str, frozenset[str]]] = {
     Entity.PAYMENT: {
         k.value: frozenset(v.value for v in vs) for k, vs in PAYMENT_TRANSITIONS.items()
@@ -55,6 +102,10 @@ TRANSITIONS: dict[Entity, dict[str, frozenset[str]]] = {
     Entity.INSTRUCTION: {
         k.value: frozenset(v.value for v in vs) for k, vs in INSTRUCTION_TRANSITIONS.items()
     },
+    # a refund moves exactly like a payment (DESIGN.md: "Payment (and refund)")
+    Entity.REFUND: _table(PAYMENT_TRANSITIONS),
+    Entity.SPLIT: _table(SPLIT_TRANSITIONS),
+    Entity.SPLIT_ITEM: _table(SPLIT_ITEM_TRANSITIONS),
 }
 
 # An instruction in one of these may still move money: at most one per owner (enforced by the
@@ -73,6 +124,15 @@ def check(entity: Entity, frm: str, to: str) -> None:
 
 def allowed(entity: Entity, frm: str) -> frozenset[str]:
     return TRANSITIONS[entity].get(frm, frozenset())
+
+
+def split_outcome(items: list[str]) -> SplitStatus | None:
+    """The total's final status once every item is terminal; None while any is not."""
+    if any(s not in (SI.SUCCESS, SI.FAILED) for s in items):
+        return None
+    if all(s == SI.SUCCESS for s in items):
+        return S.SUCCESS
+    return S.FAILED if all(s == SI.FAILED for s in items) else S.PARTIAL
 
 
 def payment_status_for(instruction: InstructionStatus) -> PaymentStatus:

@@ -13,7 +13,13 @@ from typing import Any
 from idempay.domain.errors import InvalidState
 from idempay.domain.model import Instruction
 from idempay.domain.ports import Change, Tx
-from idempay.domain.states import Entity, InstructionStatus, payment_status_for
+from idempay.domain.states import (
+    Entity,
+    InstructionStatus,
+    SplitStatus,
+    payment_status_for,
+    split_outcome,
+)
 
 I = InstructionStatus
 TERMINAL = frozenset({I.SUCCESS, I.FAILED})
@@ -70,22 +76,49 @@ async def apply_outcome(tx: Tx, seen: Instruction, ev: Evidence) -> tuple[Applie
 
 
 async def _move_owner(tx: Tx, seen: Instruction, ev: Evidence) -> None:
-    if seen.owner_kind != Entity.PAYMENT:
-        raise NotImplementedError(f"owner kind {seen.owner_kind}")
-    pay_from = payment_status_for(I(seen.status))
-    pay_to = payment_status_for(ev.outcome)
-    if pay_to == pay_from:
+    frm = payment_status_for(I(seen.status)).value
+    to = payment_status_for(ev.outcome).value
+    if to == frm:
         return
-    moved = await tx.transition(
-        Change(
-            Entity.PAYMENT,
-            seen.owner_id,
-            pay_from,
-            pay_to,
-            f"instruction {seen.request_id} {ev.outcome}: {ev.reason}",
-            ev.actor,
-        ),
-        event=f"payment.{pay_to.lower()}",
+    reason = f"instruction {seen.request_id} {ev.outcome}: {ev.reason}"
+    if seen.owner_kind == Entity.SPLIT_ITEM:
+        await _move_split_item(tx, seen, frm, to, reason, ev.actor)
+        return
+    entity = Entity(seen.owner_kind)
+    change = Change(entity, seen.owner_id, frm, to, reason, ev.actor)
+    if not await tx.transition(change, event=f"{entity.value}.{to.lower()}"):
+        # the instruction and its owner move together; anything else is a defect
+        raise InvalidState(f"{entity.value} {seen.owner_id} is not {frm}")
+    if entity is Entity.REFUND and to in TERMINAL:
+        spent = "refunded_amount" if to == I.SUCCESS else None
+        await tx.settle_reservation(seen.payment_id, seen.amount, spent)
+
+
+async def _move_split_item(
+    tx: Tx, seen: Instruction, frm: str, to: str, reason: str, actor: str
+) -> None:
+    """An item moves under its split's row lock, so the last item to finish (whichever
+    transaction that is) sees every other item's final status and settles the total."""
+    item = await tx.get_split_item(seen.owner_id)
+    assert item is not None
+    split = await tx.lock_split(item.split_id)
+    assert split is not None
+    if not await tx.transition(Change(Entity.SPLIT_ITEM, item.id, frm, to, reason, actor)):
+        raise InvalidState(f"split item {item.id} is not {frm}")
+    if to not in TERMINAL:
+        return
+    await tx.settle_reservation(
+        seen.payment_id, seen.amount, "split_amount" if to == I.SUCCESS else None
     )
-    if not moved:  # the instruction and its payment move together; anything else is a defect
-        raise InvalidState(f"payment {seen.owner_id} is not {pay_from}")
+    total = split_outcome(await tx.split_item_statuses(split.id))
+    if total is not None:
+        change = Change(
+            Entity.SPLIT,
+            split.id,
+            SplitStatus.PROCESSING,
+            total,
+            f"every item is final: {total}",
+            actor,
+        )
+        if not await tx.transition(change, event=f"split.{total.lower()}"):
+            raise InvalidState(f"split {split.id} is not PROCESSING")

@@ -81,8 +81,8 @@ class SqlIdempotencyRecords:
         async with self._write() as conn:
             keys = [(r.merchant_id, r.key) for r in (await conn.execute(due)).all()]
             if keys:
-                stmt = delete(_k).where(tuple_(_c.merchant_id, _c.key).in_(keys), _c.expires_at <= now)
-                await conn.execute(stmt)
+                due_keys = tuple_(_c.merchant_id, _c.key).in_(keys)
+                await conn.execute(delete(_k).where(due_keys, _c.expires_at <= now))
         return len(keys)
 
     @asynccontextmanager

@@ -19,11 +19,15 @@ from idempay.domain.model import Instruction, Payment, PaymentView, Principal, n
 from idempay.domain.ports import Change, Clock, Discrepancy
 from idempay.domain.states import Entity
 from idempay.storage import tables as t
+from idempay.storage.balances import BalancesStore, BalancesTx
 from idempay.storage.sqlite import WRITE_OPTION
 
 TABLES: dict[Entity, tuple[Table, str]] = {
     Entity.PAYMENT: (t.payments, "id"),
     Entity.INSTRUCTION: (t.instructions, "request_id"),
+    Entity.REFUND: (t.refunds, "id"),
+    Entity.SPLIT: (t.splits, "id"),
+    Entity.SPLIT_ITEM: (t.split_items, "id"),
 }
 
 _PAYMENT_COLS = [f.name for f in fields(Payment)]
@@ -40,7 +44,7 @@ def to_instruction(row: Row[Any]) -> Instruction:
     return Instruction(**{c: m[c] for c in _INSTRUCTION_COLS})
 
 
-class SqlTx:
+class SqlTx(BalancesTx):
     """One transaction on one connection; see ports.Tx."""
 
     def __init__(self, conn: AsyncConnection, clock: Clock) -> None:
@@ -230,7 +234,7 @@ async def _get_payment(conn: AsyncConnection, merchant_id: str, biz_no: str) -> 
     return to_payment(row) if row else None
 
 
-class SqlStore:
+class SqlStore(BalancesStore):
     """The Store port over SQLAlchemy Core; the same code on SQLite, PostgreSQL and MariaDB."""
 
     def __init__(self, engine: AsyncEngine, clock: Clock) -> None:

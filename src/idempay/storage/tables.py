@@ -254,3 +254,61 @@ idempotency_keys = Table(
     Index("ix_idempotency_keys_expires", "expires_at"),
     **MYSQL,
 )
+
+refunds = Table(
+    "refunds",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("merchant_id", ID, nullable=False),
+    Column("refund_no", KEY, nullable=False),
+    Column("payment_id", ID, nullable=False),
+    Column("biz_no", KEY, nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("channel", String(32), nullable=False),
+    Column("status", CODE, nullable=False),
+    Column("reason", String(256)),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("merchant_id", "refund_no", name="uq_refunds_refund_no"),
+    Index("ix_refunds_payment", "payment_id"),
+    **MYSQL,
+)
+
+splits = Table(
+    "splits",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("merchant_id", ID, nullable=False),
+    Column("split_no", KEY, nullable=False),
+    Column("payment_id", ID, nullable=False),
+    Column("biz_no", KEY, nullable=False),
+    Column("amount", BigInteger, nullable=False),  # the sum of the items
+    Column("currency", String(3), nullable=False),
+    Column("channel", String(32), nullable=False),
+    Column("status", CODE, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("merchant_id", "split_no", name="uq_splits_split_no"),
+    Index("ix_splits_payment", "payment_id"),
+    **MYSQL,
+)
+
+split_items = Table(
+    "split_items",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("split_id", ID, nullable=False),
+    Column("merchant_id", ID, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("receiver_id", KEY, nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("status", CODE, nullable=False),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("split_id", "receiver_id", name="uq_split_items_receiver"),
+    **MYSQL,
+)

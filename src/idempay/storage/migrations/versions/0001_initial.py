@@ -29,6 +29,9 @@ INITIAL = (
     "callback_inbox",
     "discrepancies",
     "reviews",
+    "refunds",
+    "splits",
+    "split_items",
 )
 
 

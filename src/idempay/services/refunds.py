@@ -1,0 +1,169 @@
+"""Refunds: money that leaves, through the same machinery as a charge — caller's number,
+write-ahead instruction, a reservation on the payment, one send, CAS, resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from idempay.domain.errors import (
+    BizNoReused,
+    DuplicateKey,
+    InsufficientBalance,
+    InvalidRequest,
+    InvalidState,
+    NotFound,
+)
+from idempay.domain.model import OpKind, Refund, RefundView, check_identifier, new_id
+from idempay.domain.money import check_amount
+from idempay.domain.ports import Channel, Clock, Store, Tx
+from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
+from idempay.services.payments import PaymentPolicy
+from idempay.services.sending import call_channel, new_instruction, op_for, record
+
+OnRefund = Callable[[Tx, Refund], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RefundCommand:
+    refund_no: str
+    biz_no: str
+    amount: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefundResult:
+    view: RefundView
+    created: bool
+    replayed: bool
+
+
+class _Refused(Exception):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class Refunds:
+    def __init__(
+        self, store: Store, channels: Mapping[str, Channel], clock: Clock, policy: PaymentPolicy
+    ) -> None:
+        self.store, self.channels, self.clock, self.policy = store, channels, clock, policy
+
+    async def get(self, merchant_id: str, refund_no: str) -> RefundView:
+        refund = await self.store.get_refund(merchant_id, check_identifier(refund_no, "refund_no"))
+        if refund is None:
+            raise NotFound(f"no refund {refund_no}")
+        return await self.store.refund_view(refund)
+
+    async def create(
+        self, merchant_id: str, cmd: RefundCommand, *, on_create: OnRefund | None = None
+    ) -> RefundResult:
+        """Create the refund and send it once, or answer the one that exists."""
+        check_identifier(cmd.refund_no, "refund_no")
+        check_identifier(cmd.biz_no, "biz_no")
+        check_amount(cmd.amount, self.policy.max_amount)
+        if cmd.reason is not None and (not isinstance(cmd.reason, str) or len(cmd.reason) > 256):
+            raise InvalidRequest("reason is a string of at most 256 characters", field="reason")
+        existing = await self.store.get_refund(merchant_id, cmd.refund_no)
+        if existing is not None:
+            return await self._replay(existing, cmd)
+        payment = await self.store.get_payment(merchant_id, cmd.biz_no)
+        if payment is None:
+            raise NotFound(f"no payment {cmd.biz_no}")
+        if payment.status != PaymentStatus.SUCCESS:
+            raise InvalidState(
+                f"refunds need a SUCCESS payment, it is {payment.status}", status=payment.status
+            )
+        now = self.clock.now()
+        refund = Refund(
+            id=new_id("rfd", now),
+            merchant_id=merchant_id,
+            refund_no=cmd.refund_no,
+            payment_id=payment.id,
+            biz_no=payment.biz_no,
+            amount=cmd.amount,
+            currency=payment.currency,
+            channel=payment.channel,
+            status=PaymentStatus.PROCESSING,
+            reason=cmd.reason,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
+        ins = new_instruction(
+            self.clock,
+            merchant_id=merchant_id,
+            payment_id=payment.id,
+            owner_kind=Entity.REFUND.value,
+            owner_id=refund.id,
+            kind=OpKind.REFUND,
+            channel=payment.channel,
+            amount=cmd.amount,
+            currency=payment.currency,
+            attempt=1,
+            stale_pending_s=self.policy.stale_pending_s,
+        )
+        actor = f"merchant:{merchant_id}"
+        try:
+            async with self.store.begin() as tx:
+                await tx.insert_refund(refund)
+                if not await tx.reserve(payment.id, cmd.amount):
+                    raise _Refused(
+                        InsufficientBalance(
+                            f"refund of {cmd.amount} exceeds what is available on {payment.biz_no}"
+                        )
+                    )
+                await tx.insert_instruction(ins)
+                await tx.log(
+                    Entity.REFUND,
+                    refund.id,
+                    None,
+                    PaymentStatus.PROCESSING,
+                    f"created; reserved {cmd.amount}; instruction {ins.request_id}",
+                    actor,
+                )
+                await tx.log(
+                    Entity.INSTRUCTION,
+                    ins.request_id,
+                    None,
+                    InstructionStatus.PENDING,
+                    "written before sending",
+                    actor,
+                )
+                if on_create is not None:
+                    await on_create(tx, refund)
+        except DuplicateKey:
+            existing = await self.store.get_refund(merchant_id, cmd.refund_no)
+            assert existing is not None
+            return await self._replay(existing, cmd)
+        except _Refused as r:
+            raise r.error from None
+        notify = f"{self.policy.public_url}/v1/channels/{payment.channel}/notify"
+        answer = await call_channel(
+            self.channels[payment.channel], op_for(ins, notify), self.policy.channel_timeout_s
+        )
+        await record(
+            self.store,
+            self.clock,
+            ins,
+            answer,
+            actor="channel",
+            first_query_after_s=self.policy.first_query_after_s,
+        )
+        latest = await self.store.get_refund(merchant_id, cmd.refund_no)
+        assert latest is not None
+        return RefundResult(await self.store.refund_view(latest), created=True, replayed=False)
+
+    async def _replay(self, existing: Refund, cmd: RefundCommand) -> RefundResult:
+        differing = tuple(
+            name
+            for name, ours in (("biz_no", existing.biz_no), ("amount", existing.amount))
+            if getattr(cmd, name) != ours
+        )
+        if differing:
+            raise BizNoReused(
+                f"refund_no {cmd.refund_no} exists with a different {', '.join(differing)}",
+                fields=differing,
+            )
+        return RefundResult(await self.store.refund_view(existing), created=False, replayed=True)
