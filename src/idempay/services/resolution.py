@@ -161,7 +161,10 @@ class Resolver:
             if mine and (review or count >= self.policy.max_queries):
                 reason = why if review else f"unresolved after {count} queries: {why}"
                 await tx.open_review(ins, reason)
-        return "rescheduled" if mine else "lost-lease"
+        if not mine:
+            log.info("resolution.stale_answer_dropped", request_id=ins.request_id, why=why)
+            return "lost-lease"
+        return "rescheduled"
 
     def _contradiction(
         self, ins: Instruction, now: Instruction, answer: ChannelAnswer
