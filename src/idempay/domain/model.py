@@ -103,6 +103,7 @@ class Refund:
     version: int
     created_at: datetime
     updated_at: datetime
+    purpose: str = "REQUESTED"  # or DUPLICATE_CHARGE: returning an extra charge, not reserved
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,11 @@ async def _move_owner(tx: Tx, seen: Instruction, ev: Evidence) -> None:
     if not await tx.transition(change, event=f"{entity.value}.{to.lower()}"):
         # the instruction and its owner move together; anything else is a defect
         raise InvalidState(f"{entity.value} {seen.owner_id} is not {frm}")
-    if entity is Entity.REFUND and to in TERMINAL:
+    if (
+        entity is Entity.REFUND
+        and to in TERMINAL
+        and await tx.refund_purpose(seen.owner_id) == "REQUESTED"
+    ):
         spent = "refunded_amount" if to == I.SUCCESS else None
         await tx.settle_reservation(seen.payment_id, seen.amount, spent)
 

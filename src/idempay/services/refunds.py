@@ -14,7 +14,7 @@ from idempay.domain.errors import (
     InvalidState,
     NotFound,
 )
-from idempay.domain.model import OpKind, Refund, RefundView, check_identifier, new_id
+from idempay.domain.model import OpKind, Payment, Refund, RefundView, check_identifier, new_id
 from idempay.domain.money import check_amount
 from idempay.domain.ports import Channel, Clock, Store, Tx
 from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
@@ -75,6 +75,32 @@ class Refunds:
             raise InvalidState(
                 f"refunds need a SUCCESS payment, it is {payment.status}", status=payment.status
             )
+        return await self._open(merchant_id, cmd, payment, purpose="REQUESTED", on_create=on_create)
+
+    async def return_extra_charge(
+        self, payment: Payment, refund_no: str, amount: int, reason: str, actor: str
+    ) -> RefundResult:
+        """Refund a charge the channel executed beyond the payment (a duplicate charge found by
+        reconciliation). Not the payment's money, so nothing is reserved; `refund_no` is derived
+        from the extra charge, so asking twice refunds once."""
+        cmd = RefundCommand(refund_no, payment.biz_no, amount, reason[:256])
+        existing = await self.store.get_refund(payment.merchant_id, refund_no)
+        if existing is not None:
+            return await self._replay(existing, cmd)
+        return await self._open(
+            payment.merchant_id, cmd, payment, purpose="DUPLICATE_CHARGE", actor=actor
+        )
+
+    async def _open(
+        self,
+        merchant_id: str,
+        cmd: RefundCommand,
+        payment: Payment,
+        *,
+        purpose: str,
+        on_create: OnRefund | None = None,
+        actor: str | None = None,
+    ) -> RefundResult:
         now = self.clock.now()
         refund = Refund(
             id=new_id("rfd", now),
@@ -90,6 +116,7 @@ class Refunds:
             version=1,
             created_at=now,
             updated_at=now,
+            purpose=purpose,
         )
         ins = new_instruction(
             self.clock,
@@ -104,11 +131,11 @@ class Refunds:
             attempt=1,
             stale_pending_s=self.policy.stale_pending_s,
         )
-        actor = f"merchant:{merchant_id}"
+        actor = actor or f"merchant:{merchant_id}"
         try:
             async with self.store.begin() as tx:
                 await tx.insert_refund(refund)
-                if not await tx.reserve(payment.id, cmd.amount):
+                if purpose == "REQUESTED" and not await tx.reserve(payment.id, cmd.amount):
                     raise _Refused(
                         InsufficientBalance(
                             f"refund of {cmd.amount} exceeds what is available on {payment.biz_no}"
@@ -120,7 +147,7 @@ class Refunds:
                     refund.id,
                     None,
                     PaymentStatus.PROCESSING,
-                    f"created; reserved {cmd.amount}; instruction {ins.request_id}",
+                    f"created ({purpose}); instruction {ins.request_id}",
                     actor,
                 )
                 await tx.log(

@@ -64,6 +64,10 @@ class BalancesTx:
             values[into] = p[into] + amount
         await self.conn.execute(update(t.payments).where(p.id == payment_id).values(**values))
 
+    async def refund_purpose(self, refund_id: str) -> str:
+        q = select(t.refunds.c.purpose).where(t.refunds.c.id == refund_id)
+        return str((await self.conn.execute(q)).scalar_one())
+
     async def get_split_item(self, item_id: str) -> SplitItem | None:
         row = (
             await self.conn.execute(select(t.split_items).where(t.split_items.c.id == item_id))

@@ -182,6 +182,8 @@ class SqlTx(BalancesTx):
     async def open_review(self, instruction: Instruction, reason: str) -> bool:
         row = {
             "id": new_id("rev", self.clock.now()),
+            "dedupe_key": f"unresolved:{instruction.request_id}",
+            "kind": "UNRESOLVED",
             "request_id": instruction.request_id,
             "merchant_id": instruction.merchant_id,
             "payment_id": instruction.payment_id,
@@ -191,13 +193,43 @@ class SqlTx(BalancesTx):
         }
         return await insert_ignore(self.conn, t.reviews, row)
 
+    async def open_discrepancy_review(self, d: Discrepancy, reason: str) -> bool:
+        """A review item for evidence that could not be corrected automatically (once per key)."""
+        row = {
+            "id": new_id("rev", self.clock.now()),
+            "dedupe_key": f"discrepancy:{d.dedupe_key}"[:200],
+            "kind": "DISCREPANCY",
+            "request_id": d.request_id,
+            "merchant_id": d.merchant_id,
+            "payment_id": d.payment_id,
+            "reason": reason[:512],
+            "status": "OPEN",
+            "created_at": self.clock.now(),
+        }
+        return await insert_ignore(self.conn, t.reviews, row)
+
+    async def resolve_review(self, review_id: str, outcome: str, note: str, by: str) -> bool:
+        c = t.reviews.c
+        stmt = (
+            update(t.reviews)
+            .where(c.id == review_id, c.status == "OPEN")
+            .values(
+                status="RESOLVED",
+                outcome=outcome,
+                note=note[:1000],
+                resolved_by=by[:64],
+                resolved_at=self.clock.now(),
+            )
+        )
+        return (await self.conn.execute(stmt)).rowcount == 1
+
     async def close_review(
         self, request_id: str, outcome: str, note: str, resolved_by: str
     ) -> bool:
         c = t.reviews.c
         stmt = (
             update(t.reviews)
-            .where(c.request_id == request_id, c.status == "OPEN")
+            .where(c.request_id == request_id, c.kind == "UNRESOLVED", c.status == "OPEN")
             .values(
                 status="RESOLVED",
                 outcome=outcome,
@@ -213,9 +245,11 @@ async def insert_ignore(conn: AsyncConnection, table: Table, row: dict[str, Any]
     """Insert unless a unique key exists, without an error that would abort the transaction.
     True when the row was inserted."""
     name = conn.dialect.name
-    if name == "postgresql":
+    if name == "postgresql":  # psycopg reports no rowcount here: ask for the row instead
         stmt: Any = pg_insert(table).values(**row).on_conflict_do_nothing()
-    elif name == "sqlite":
+        returned = await conn.execute(stmt.returning(*table.primary_key.columns))
+        return returned.first() is not None
+    if name == "sqlite":
         stmt = insert(table).values(**row).prefix_with("OR IGNORE")
     else:
         stmt = insert(table).values(**row).prefix_with("IGNORE")

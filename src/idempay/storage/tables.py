@@ -221,14 +221,19 @@ discrepancies = Table(
     **MYSQL,
 )
 
-# The manual-confirmation queue: one item per instruction that automation could not resolve.
+# The manual-confirmation queue. kind UNRESOLVED: an instruction the worker could not resolve
+# (resolving it moves the instruction); kind DISCREPANCY: evidence reconciliation could not
+# correct safely (resolving it records the decision).
 reviews = Table(
     "reviews",
     metadata,
     Column("id", ID, primary_key=True),
-    Column("request_id", ID, nullable=False, unique=True),
-    Column("merchant_id", ID, nullable=False),
-    Column("payment_id", ID, nullable=False),
+    Column("dedupe_key", String(200), nullable=False, unique=True),
+    Column("kind", CODE, nullable=False),
+    Column("request_id", ID),
+    Column("merchant_id", ID),
+    Column("payment_id", ID),
+    Column("discrepancy_id", ID),
     Column("reason", String(512), nullable=False),
     Column("status", CODE, nullable=False),  # OPEN | RESOLVED
     Column("outcome", CODE),
@@ -268,6 +273,9 @@ refunds = Table(
     Column("channel", String(32), nullable=False),
     Column("status", CODE, nullable=False),
     Column("reason", String(256)),
+    # REQUESTED by the merchant (reserved against the payment), or DUPLICATE_CHARGE: returning an
+    # extra charge found by reconciliation (not the payment's money, so nothing is reserved)
+    Column("purpose", CODE, nullable=False, server_default=text("'REQUESTED'")),
     Column("version", Integer, nullable=False, server_default=text("1")),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -310,5 +318,22 @@ split_items = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     UniqueConstraint("split_id", "receiver_id", name="uq_split_items_receiver"),
+    **MYSQL,
+)
+
+reconciliation_runs = Table(
+    "reconciliation_runs",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("channel", String(32), nullable=False),
+    Column("day", String(10), nullable=False),
+    Column("status", CODE, nullable=False),  # RUNNING | DONE | FAILED
+    Column("schedule_key", String(64), unique=True),  # set for the worker's daily run only
+    Column("counts", Text, nullable=False, server_default=text("'{}'")),
+    Column("discrepancies", Text, nullable=False, server_default=text("'[]'")),
+    Column("error", String(512)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Index("ix_reconciliation_runs_day", "channel", "day"),
     **MYSQL,
 )

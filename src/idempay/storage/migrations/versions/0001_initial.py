@@ -32,6 +32,7 @@ INITIAL = (
     "refunds",
     "splits",
     "split_items",
+    "reconciliation_runs",
 )
 
 
