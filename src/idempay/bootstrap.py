@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,10 +14,20 @@ from idempay.clock import SystemClock
 from idempay.config import ConfigError, Settings
 from idempay.domain.model import new_id
 from idempay.domain.ports import Channel, Clock
+from idempay.services.idempotency import Idempotency, IdempotencyPolicy
+from idempay.services.outbox import Outbox
 from idempay.services.payments import PaymentPolicy, Payments
+from idempay.services.resolution import ResolutionPolicy, Resolver
 from idempay.storage import migrate
 from idempay.storage.engine import create_engine
+from idempay.storage.idempotency import SqlIdempotencyRecords
 from idempay.storage.store import SqlStore
+from idempay.storage.work import SqlWorkQueue
+from idempay.webhooks import HttpxWebhookSender
+
+# An Idempotency-Key record unanswered for longer than the channel deadline plus this margin
+# belongs to a request that died (crash, kill): it no longer blocks its key (409).
+IN_FLIGHT_MARGIN_S = 5.0
 
 
 @dataclass
@@ -28,6 +39,14 @@ class Container:
     channels: dict[str, Channel]
     payments: Payments
     _closers: list[Any] = field(default_factory=list)
+    idempotency: Idempotency = field(init=False)
+
+    def __post_init__(self) -> None:
+        policy = IdempotencyPolicy(
+            ttl_s=float(self.settings.idempotency_ttl_s),
+            in_flight_s=self.settings.channel_timeout_s + IN_FLIGHT_MARGIN_S,
+        )
+        self.idempotency = Idempotency(SqlIdempotencyRecords(self.engine), self.clock, policy)
 
     async def aclose(self) -> None:
         for closer in self._closers:
@@ -38,14 +57,41 @@ class Container:
 def build_channel(name: str, conf: dict[str, Any], settings: Settings) -> Channel:
     kind = conf.get("kind")
     if kind == "scripted":
-        from idempay.channels.scripted import ScriptedChannel
-
-        return ScriptedChannel(name)
+        return _scripted_channel(name, conf)
     if kind == "simbank":
         from idempay.channels.simbank import SimbankChannel
 
         return SimbankChannel.from_settings(name, conf, settings)
     raise ConfigError(f"IDEMPAY_CHANNELS: channel {name!r} has unknown kind {kind!r}")
+
+
+def _scripted_channel(name: str, conf: dict[str, Any]) -> Channel:
+    """The in-process fake, for tests and sandboxes: {"kind": "scripted", "default": "SUCCEED"
+    | "DECLINE" | "PENDING" | "HALF_OPEN" | "ERROR" | "REFUSED", "plan": [behaviours answered
+    first, in order], "delay_ms": n, "idempotency": true, "ledger_path": "<JSONL file, one line
+    per execution>"}."""
+    from idempay.channels.scripted import Behavior, ScriptedChannel
+
+    unknown = set(conf) - {"kind", "default", "plan", "delay_ms", "idempotency", "ledger_path"}
+    delay_ms = conf.get("delay_ms", 0)
+    try:
+        default = Behavior(conf.get("default", Behavior.SUCCEED))
+        plan = [Behavior(b) for b in conf.get("plan", [])]
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"IDEMPAY_CHANNELS: channel {name!r}: {e}") from None
+    bad_delay = isinstance(delay_ms, bool) or not isinstance(delay_ms, int | float) or delay_ms < 0
+    if unknown or bad_delay:
+        raise ConfigError(f"IDEMPAY_CHANNELS: channel {name!r}: bad scripted settings {conf!r}")
+    ledger = conf.get("ledger_path")
+    channel = ScriptedChannel(
+        name,
+        default=default,
+        delay_s=delay_ms / 1000,
+        idempotency=bool(conf.get("idempotency", True)),
+        ledger_path=Path(ledger) if ledger else None,
+    )
+    channel.plan(*plan)
+    return channel
 
 
 async def build(
@@ -93,3 +139,28 @@ async def create_principal(store: SqlStore, name: str, *, operator: bool) -> tup
     add = store.add_operator if operator else store.add_merchant
     await add(principal_id, name, hash_key(api_key))
     return principal_id, api_key
+
+
+@dataclass
+class WorkerParts:
+    resolver: Resolver
+    outbox: Outbox
+    sender: HttpxWebhookSender
+
+
+def build_worker(container: Container, worker_id: str) -> WorkerParts:
+    """The worker's services over the container's store and channels."""
+    s = container.settings
+    policy = ResolutionPolicy(
+        backoff_s=s.resolve_backoff_s,
+        max_queries=s.max_queries,
+        not_found_grace_s=s.not_found_grace_s,
+        lease_s=s.worker_lease_s,
+        query_timeout_s=s.channel_timeout_s,
+    )
+    queue = SqlWorkQueue(container.store)
+    resolver = Resolver(
+        container.store, queue, container.channels, container.clock, worker_id, policy
+    )
+    sender = HttpxWebhookSender()
+    return WorkerParts(resolver, Outbox(queue, sender, container.clock), sender)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -102,6 +103,26 @@ def simbank(
 
     logs.configure(Settings.from_env().log_format)
     run(host=host, port=port)
+
+
+@app.command()
+def demo(
+    payments: Annotated[int, typer.Option(min=1, max=100_000, help="How many payments.")] = 500,
+    seed: Annotated[int, typer.Option(help="Seed of the amounts and the simulator's faults.")] = 7,
+    concurrency: Annotated[int, typer.Option(min=1, max=512, help="Concurrent clients.")] = 32,
+    folder: Annotated[
+        Path | None, typer.Option(help="Keep databases and logs here (default: a temp folder).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """The whole system on SQLite under faults (half-open, timeouts, 5xx, duplicated and lost
+    callbacks, a channel whose idempotency failed), `serve` killed mid-run, next to two naive
+    clients retrying against the same faults. Exits 1 if idempay double-charged or disagrees
+    with the bank."""
+    from idempay.demo.main import main as run_demo
+
+    logs.configure("json")
+    raise typer.Exit(run_demo(payments, seed, concurrency, folder, as_json))
 
 
 def main() -> None:

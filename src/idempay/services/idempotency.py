@@ -105,12 +105,21 @@ class Idempotency:
         await self.records.remember(record)
 
     def _record(
-        self, req: KeyedRequest, resource_id: str, *, status: int | None = None,
+        self,
+        req: KeyedRequest,
+        resource_id: str,
+        *,
+        status: int | None = None,
         body: str | None = None,
-    ) -> IdempotencyRecord:  # fmt: skip
+    ) -> IdempotencyRecord:
         now = self.clock.now()
         return IdempotencyRecord(
-            merchant_id=req.merchant_id, key=req.key, fingerprint=req.fingerprint,
-            resource_id=resource_id, response_status=status, response_body=body,
-            created_at=now, expires_at=now + timedelta(seconds=self.policy.ttl_s),
-        )  # fmt: skip
+            merchant_id=req.merchant_id,
+            key=req.key,
+            fingerprint=req.fingerprint,
+            resource_id=resource_id,
+            response_status=status,
+            response_body=body,
+            created_at=now,
+            expires_at=now + timedelta(seconds=self.policy.ttl_s),
+        )

@@ -95,6 +95,27 @@ class Payments:
             raise NotFound(f"no payment {biz_no}")
         return await self.store.payment_view(payment)
 
+    async def get_by_id(self, merchant_id: str, payment_id: str) -> PaymentView:
+        payment = await self.store.get_payment_by_id(payment_id)
+        if payment is None or payment.merchant_id != merchant_id:
+            raise NotFound(f"no payment {payment_id}")
+        return await self.store.payment_view(payment)
+
+    async def list_payments(
+        self,
+        merchant_id: str,
+        *,
+        order_no: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        before_id: str | None = None,
+    ) -> list[PaymentView]:
+        """The merchant's payments, newest first, `before_id` exclusive (a cursor)."""
+        payments = await self.store.list_payments(
+            merchant_id, order_no=order_no, status=status, limit=limit, before_id=before_id
+        )
+        return await self.store.payment_views(payments)
+
     # --- create or get -------------------------------------------------------------------------
 
     def validate(self, cmd: ChargeCommand) -> ChargeCommand:
@@ -192,8 +213,16 @@ class Payments:
 
     # --- retry and close -----------------------------------------------------------------------
 
-    async def retry(self, merchant_id: str, biz_no: str, amount: int | None = None) -> ChargeResult:
-        """FAILED -> INIT -> PROCESSING with a new instruction (new request_id)."""
+    async def retry(
+        self,
+        merchant_id: str,
+        biz_no: str,
+        amount: int | None = None,
+        *,
+        on_start: OnCreate | None = None,
+    ) -> ChargeResult:
+        """FAILED -> INIT -> PROCESSING with a new instruction (new request_id). `on_start` runs
+        in that transaction (like charge's `on_create`)."""
         current = await self._must_get(merchant_id, biz_no)
         if current.status != P.FAILED:
             raise InvalidState(
@@ -236,6 +265,8 @@ class Payments:
                     event="payment.processing",
                 )
                 assert moved, "INIT -> PROCESSING inside the transaction that set INIT"
+                if on_start is not None:
+                    await on_start(tx, payment)
         except (_LostRace, DuplicateKey):
             now = await self._must_get(merchant_id, biz_no)
             raise InvalidState(
@@ -244,7 +275,10 @@ class Payments:
         view = await self._send(replace(payment, status=P.PROCESSING), instruction)
         return ChargeResult(view, created=True, replayed=False)
 
-    async def close(self, merchant_id: str, biz_no: str) -> PaymentView:
+    async def close(
+        self, merchant_id: str, biz_no: str, *, on_close: OnCreate | None = None
+    ) -> PaymentView:
+        """INIT or FAILED -> CLOSED; `on_close` runs in that transaction when it moved."""
         current = await self._must_get(merchant_id, biz_no)
         if current.status not in (P.INIT, P.FAILED):
             raise InvalidState(
@@ -262,6 +296,8 @@ class Payments:
                 ),
                 event="payment.closed",
             )
+            if moved and on_close is not None:
+                await on_close(tx, current)
         latest = await self._must_get(merchant_id, biz_no)
         if not moved:
             raise InvalidState(

@@ -1,0 +1,55 @@
+"""`idempay serve`: build the container (the schema is created or upgraded on start), then serve
+the API with uvicorn until SIGINT/SIGTERM, letting requests in flight finish."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import structlog
+import uvicorn
+
+from idempay import bootstrap
+from idempay.api.app import create_app
+from idempay.config import Settings
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_MARGIN_S = 5.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM/SIGINT once it has shut down, which would kill the process
+    before the container is closed; stop gracefully, then return normally instead."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            getattr(self, "_captured_signals", []).clear()
+
+
+async def serve(settings: Settings, *, host: str, port: int) -> None:
+    container = await bootstrap.build(settings)
+    try:
+        config = uvicorn.Config(
+            create_app(container),
+            host=host,
+            port=port,
+            lifespan="off",
+            log_config=None,
+            access_log=False,  # the API logs every request itself, with its request id
+            server_header=False,
+            # a request in flight holds a channel call: let it finish and record its outcome
+            timeout_graceful_shutdown=int(settings.channel_timeout_s + SHUTDOWN_MARGIN_S),
+        )
+        log.info("serve.starting", host=host, port=port, channels=sorted(container.channels))
+        await _Server(config).serve()
+    finally:
+        await container.aclose()
+        log.info("serve.stopped")
+
+
+def run(settings: Settings, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    asyncio.run(serve(settings, host=host, port=port))

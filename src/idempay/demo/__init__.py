@@ -1,0 +1,1 @@
+"""`idempay demo`: the whole system on the embedded default, under faults, vs naive retrying."""
