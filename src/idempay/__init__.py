@@ -1,3 +1,3 @@
-"""idempay: a payment gateway that charges each payment intent at most once and finds its outcome."""
+"""idempay: a payment gateway that charges each payment intent once and finds its outcome."""
 
 __version__ = "0.1.0"

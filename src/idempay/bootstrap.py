@@ -14,13 +14,20 @@ from idempay.clock import SystemClock
 from idempay.config import ConfigError, Settings
 from idempay.domain.model import new_id
 from idempay.domain.ports import Channel, Clock
+from idempay.locks import NoLock, RedisFrontLock
+from idempay.services.callbacks import Callbacks
 from idempay.services.idempotency import Idempotency, IdempotencyPolicy
 from idempay.services.outbox import Outbox
 from idempay.services.payments import PaymentPolicy, Payments
+from idempay.services.reconciliation import Reconciliation
+from idempay.services.refunds import Refunds
 from idempay.services.resolution import ResolutionPolicy, Resolver
+from idempay.services.reviews import Reviews
+from idempay.services.splits import Splits
 from idempay.storage import migrate
 from idempay.storage.engine import create_engine
 from idempay.storage.idempotency import SqlIdempotencyRecords
+from idempay.storage.reconciliation import SqlReconciliationStore
 from idempay.storage.store import SqlStore
 from idempay.storage.work import SqlWorkQueue
 from idempay.webhooks import HttpxWebhookSender
@@ -38,8 +45,14 @@ class Container:
     store: SqlStore
     channels: dict[str, Channel]
     payments: Payments
+    lock: NoLock | RedisFrontLock = field(default_factory=NoLock)
     _closers: list[Any] = field(default_factory=list)
     idempotency: Idempotency = field(init=False)
+    refunds: Refunds = field(init=False)
+    splits: Splits = field(init=False)
+    callbacks: Callbacks = field(init=False)
+    reviews: Reviews = field(init=False)
+    reconciliation: Reconciliation = field(init=False)
 
     def __post_init__(self) -> None:
         policy = IdempotencyPolicy(
@@ -47,11 +60,27 @@ class Container:
             in_flight_s=self.settings.channel_timeout_s + IN_FLIGHT_MARGIN_S,
         )
         self.idempotency = Idempotency(SqlIdempotencyRecords(self.engine), self.clock, policy)
+        money = (self.store, self.channels, self.clock, self.payments.policy)
+        self.refunds = Refunds(*money, lock=self.lock)
+        self.splits = Splits(*money, lock=self.lock)
+        self.callbacks = Callbacks(self.store)
+        self.reviews = Reviews(self.store)
+        books = SqlReconciliationStore(self.store)
+        self.reconciliation = Reconciliation(
+            self.store, books, self.channels, self.clock, self.refunds
+        )
 
     async def aclose(self) -> None:
         for closer in self._closers:
             await closer()
         await self.engine.dispose()
+
+
+def build_lock(settings: Settings) -> NoLock | RedisFrontLock:
+    """The front lock: Redis when IDEMPAY_REDIS_URL is set, otherwise none."""
+    if settings.redis_url:
+        return RedisFrontLock(settings.redis_url, deadline_ms=settings.redis_deadline_ms)
+    return NoLock()
 
 
 def build_channel(name: str, conf: dict[str, Any], settings: Settings) -> Channel:
@@ -115,10 +144,12 @@ async def build(
         channel_timeout_s=settings.channel_timeout_s,
         stale_pending_s=settings.stale_pending_s,
         public_url=settings.public_url,
+        lock_ttl_ms=settings.lock_ttl_ms,
     )
-    container = Container(
-        settings, clock, engine, store, channels, Payments(store, channels, clock, policy)
-    )
+    lock = build_lock(settings)
+    payments = Payments(store, channels, clock, policy, lock)
+    container = Container(settings, clock, engine, store, channels, payments, lock=lock)
+    container._closers.append(lock.aclose)
     for channel in channels.values():
         aclose = getattr(channel, "aclose", None)
         if aclose is not None:

@@ -39,6 +39,8 @@ class Settings:
     not_found_grace_s: float = 30.0
     worker_lease_s: float = 60.0
     worker_poll_s: float = 1.0
+    redis_deadline_ms: int = 50  # a front-lock call slower than this proceeds without the lock
+    lock_ttl_ms: int = 15_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -60,6 +62,8 @@ class Settings:
             not_found_grace_s=_int(env, "IDEMPAY_NOT_FOUND_GRACE_MS", 30_000) / 1000,
             worker_lease_s=_int(env, "IDEMPAY_WORKER_LEASE_MS", 60_000) / 1000,
             worker_poll_s=_int(env, "IDEMPAY_WORKER_POLL_MS", 1_000) / 1000,
+            redis_deadline_ms=_int(env, "IDEMPAY_REDIS_DEADLINE_MS", d.redis_deadline_ms),
+            lock_ttl_ms=_int(env, "IDEMPAY_LOCK_TTL_MS", d.lock_ttl_ms),
         )
 
 

@@ -71,7 +71,7 @@ async def _answer(
     body = dumps(payment_json(result.view))
     await guard.answered(status, body, resource_id=result.view.payment.id, created=result.created)
     if result.replayed:
-        _metrics(request).duplicate("biz_no")
+        _metrics(request).duplicate(result.stopped_by or "biz_no")
     elif result.created:
         _metrics(request).attempt(result.view, time.perf_counter() - t0)
     return json_response(body, status, replayed=result.replayed)

@@ -166,6 +166,7 @@ class ChargeResult:
     view: PaymentView
     created: bool
     replayed: bool
+    stopped_by: str | None = None  # for a replay: the layer that stopped it (front_lock, biz_no)
 
 
 def new_id(prefix: str, now: datetime) -> str:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
 
 import structlog
 
 from idempay.domain.errors import (
     BizNoReused,
-    Declined,
     DuplicateKey,
     InvalidRequest,
     InvalidState,
     NotFound,
-    NotSent,
-    OutcomeUnknown,
 )
 from idempay.domain.model import (
     ChargeResult,
@@ -26,22 +21,13 @@ from idempay.domain.model import (
     Payment,
     PaymentView,
     check_identifier,
-    digest,
     new_id,
 )
 from idempay.domain.money import check_amount, check_currency
-from idempay.domain.ports import (
-    Change,
-    Channel,
-    ChannelAnswer,
-    ChannelOp,
-    ChannelStatus,
-    Clock,
-    Store,
-    Tx,
-)
+from idempay.domain.ports import Change, Channel, Clock, FrontLock, Store, Tx
 from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
-from idempay.services.outcomes import Applied, Evidence, apply_outcome
+from idempay.services.frontlock import Unlocked, holding, wait_visible
+from idempay.services.sending import call_channel, new_instruction, op_for, record
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +55,7 @@ class PaymentPolicy:
     stale_pending_s: float = 30.0
     first_query_after_s: float = 2.0
     public_url: str = "http://127.0.0.1:8000"
+    lock_ttl_ms: int = 15_000  # the front lock outlives a normal channel call, not a stuck one
 
 
 class Payments:
@@ -81,11 +68,13 @@ class Payments:
         channels: Mapping[str, Channel],
         clock: Clock,
         policy: PaymentPolicy | None = None,
+        lock: FrontLock | None = None,
     ) -> None:
         self.store = store
         self.channels = channels
         self.clock = clock
         self.policy = policy or PaymentPolicy()
+        self.lock: FrontLock = lock or Unlocked()
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -135,6 +124,17 @@ class Payments:
         existing = await self.store.get_payment(merchant_id, cmd.biz_no)
         if existing is not None:
             return await self._replay(existing, cmd)
+        key = f"idempay:lock:pay:{merchant_id}:{cmd.biz_no}"
+        async with holding(self.lock, key, self.policy.lock_ttl_ms) as first:
+            if not first:  # a concurrent duplicate holds it: answer the winner's row
+                found = await wait_visible(lambda: self.store.get_payment(merchant_id, cmd.biz_no))
+                if found is not None:
+                    return await self._replay(found, cmd, stopped_by="front_lock")
+            return await self._create(merchant_id, cmd, on_create)
+
+    async def _create(
+        self, merchant_id: str, cmd: ChargeCommand, on_create: OnCreate | None
+    ) -> ChargeResult:
         now = self.clock.now()
         payment = Payment(
             id=new_id("pay", now),
@@ -187,7 +187,9 @@ class Payments:
         view = await self._send(payment, instruction)
         return ChargeResult(view, created=True, replayed=False)
 
-    async def _replay(self, existing: Payment, cmd: ChargeCommand) -> ChargeResult:
+    async def _replay(
+        self, existing: Payment, cmd: ChargeCommand, *, stopped_by: str = "biz_no"
+    ) -> ChargeResult:
         differing = tuple(
             name
             for name, ours in (
@@ -208,8 +210,10 @@ class Payments:
             merchant_id=existing.merchant_id,
             biz_no=existing.biz_no,
             status=existing.status,
+            stopped_by=stopped_by,
         )
-        return ChargeResult(await self.store.payment_view(existing), created=False, replayed=True)
+        view = await self.store.payment_view(existing)
+        return ChargeResult(view, created=False, replayed=True, stopped_by=stopped_by)
 
     # --- retry and close -----------------------------------------------------------------------
 
@@ -314,124 +318,38 @@ class Payments:
     # --- the channel call and transaction B ----------------------------------------------------
 
     def _instruction(self, payment: Payment) -> Instruction:
-        now = self.clock.now()
-        request_id = new_id("req", now)
-        body = {
-            "request_id": request_id,
-            "kind": OpKind.PAY.value,
-            "payment_ref": payment.id,
-            "amount": payment.amount,
-            "currency": payment.currency,
-        }
-        return Instruction(
-            request_id=request_id,
+        return new_instruction(
+            self.clock,
             merchant_id=payment.merchant_id,
             payment_id=payment.id,
             owner_kind=Entity.PAYMENT.value,
             owner_id=payment.id,
-            kind=OpKind.PAY.value,
+            kind=OpKind.PAY,
             channel=payment.channel,
             amount=payment.amount,
             currency=payment.currency,
-            status=I.PENDING,
             attempt=payment.attempt,
-            digest=digest(body),
-            send_count=1,
-            query_count=0,
-            next_query_at=now + timedelta(seconds=self.policy.stale_pending_s),
-            last_error=None,
-            channel_txn_id=None,
-            version=1,
-            created_at=now,
-            updated_at=now,
+            stale_pending_s=self.policy.stale_pending_s,
         )
 
     async def _send(self, payment: Payment, instruction: Instruction) -> PaymentView:
-        op = ChannelOp(
-            request_id=instruction.request_id,
-            kind=OpKind.PAY,
-            payment_ref=payment.id,
-            amount=instruction.amount,
-            currency=instruction.currency,
-            notify_url=f"{self.policy.public_url}/v1/channels/{payment.channel}/notify",
+        notify = f"{self.policy.public_url}/v1/channels/{payment.channel}/notify"
+        answer = await call_channel(
+            self.channels[payment.channel],
+            op_for(instruction, notify),
+            self.policy.channel_timeout_s,
         )
-        outcome, error, txn_id = await self._call(self.channels[payment.channel], op)
-        await self.record(
-            instruction, payment, outcome, error=error, txn_id=txn_id, actor="channel"
+        await record(
+            self.store,
+            self.clock,
+            instruction,
+            answer,
+            actor="channel",
+            first_query_after_s=self.policy.first_query_after_s,
         )
         latest = await self.store.get_payment_by_id(payment.id)
         assert latest is not None
         return await self.store.payment_view(latest)
-
-    async def _call(
-        self, channel: Channel, op: ChannelOp
-    ) -> tuple[InstructionStatus, str | None, str | None]:
-        """Send once with a deadline. Only a definitive answer is SUCCESS or FAILED; anything
-        that leaves the channel's side in doubt is UNKNOWN, never FAILED."""
-        bound = log.bind(request_id=op.request_id, payment_id=op.payment_ref)
-        try:
-            async with asyncio.timeout(self.policy.channel_timeout_s):
-                answer = await channel.execute(op)
-        except Declined as e:
-            return I.FAILED, f"declined: {e.detail}", None
-        except NotSent as e:
-            return I.FAILED, f"not sent: {e.detail}", None
-        except (OutcomeUnknown, TimeoutError) as e:
-            bound.warning("channel.outcome_unknown", error=str(e) or type(e).__name__)
-            return I.UNKNOWN, (str(e) or "deadline exceeded")[:256], None
-        except Exception as e:  # an adapter defect must not turn into FAILED either
-            bound.exception("channel.unexpected_error")
-            return I.UNKNOWN, f"unexpected: {type(e).__name__}", None
-        return self._status_of(answer, op)
-
-    @staticmethod
-    def _status_of(
-        answer: ChannelAnswer, op: ChannelOp
-    ) -> tuple[InstructionStatus, str | None, str | None]:
-        if answer.amount is not None and (answer.amount, answer.currency) != (
-            op.amount,
-            op.currency,
-        ):
-            return (
-                I.UNKNOWN,
-                f"channel answered {answer.amount} {answer.currency}",
-                answer.channel_txn_id,
-            )
-        mapped = {
-            ChannelStatus.SUCCESS: I.SUCCESS,
-            ChannelStatus.FAILED: I.FAILED,
-            ChannelStatus.PROCESSING: I.PROCESSING,
-        }.get(answer.status, I.UNKNOWN)
-        return mapped, answer.reason, answer.channel_txn_id
-
-    async def record(
-        self,
-        instruction: Instruction,
-        payment: Payment,
-        outcome: InstructionStatus,
-        *,
-        error: str | None,
-        txn_id: str | None,
-        actor: str,
-    ) -> bool:
-        """Transaction B: CAS the instruction from what it was, and the payment with it.
-        False when another actor (callback, worker) moved it first: the caller re-reads."""
-        values: dict[str, object] = {"last_error": error}
-        if outcome in (I.UNKNOWN, I.PROCESSING):
-            delay = timedelta(seconds=self.policy.first_query_after_s)
-            values["next_query_at"] = self.clock.now() + delay
-        ev = Evidence(outcome, actor, error or f"channel answered {outcome}", txn_id, values)
-        async with self.store.begin() as tx:
-            applied, _ = await apply_outcome(tx, instruction, ev)
-        log.info(
-            "instruction.recorded",
-            request_id=instruction.request_id,
-            merchant_id=payment.merchant_id,
-            biz_no=payment.biz_no,
-            status=outcome,
-            applied=applied,
-        )
-        return applied is Applied.APPLIED
 
 
 class _LostRace(Exception):

@@ -16,8 +16,9 @@ from idempay.domain.errors import (
 )
 from idempay.domain.model import OpKind, Payment, Refund, RefundView, check_identifier, new_id
 from idempay.domain.money import check_amount
-from idempay.domain.ports import Channel, Clock, Store, Tx
+from idempay.domain.ports import Channel, Clock, FrontLock, Store, Tx
 from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
+from idempay.services.frontlock import Unlocked, holding, wait_visible
 from idempay.services.payments import PaymentPolicy
 from idempay.services.sending import call_channel, new_instruction, op_for, record
 
@@ -46,9 +47,16 @@ class _Refused(Exception):
 
 class Refunds:
     def __init__(
-        self, store: Store, channels: Mapping[str, Channel], clock: Clock, policy: PaymentPolicy
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        clock: Clock,
+        policy: PaymentPolicy,
+        *,
+        lock: FrontLock | None = None,
     ) -> None:
         self.store, self.channels, self.clock, self.policy = store, channels, clock, policy
+        self.lock: FrontLock = lock or Unlocked()
 
     async def get(self, merchant_id: str, refund_no: str) -> RefundView:
         refund = await self.store.get_refund(merchant_id, check_identifier(refund_no, "refund_no"))
@@ -68,6 +76,19 @@ class Refunds:
         existing = await self.store.get_refund(merchant_id, cmd.refund_no)
         if existing is not None:
             return await self._replay(existing, cmd)
+        key = f"idempay:lock:refund:{merchant_id}:{cmd.refund_no}"
+        async with holding(self.lock, key, self.policy.lock_ttl_ms) as first:
+            if not first:  # a concurrent duplicate holds it: answer the winner's row
+                found = await wait_visible(
+                    lambda: self.store.get_refund(merchant_id, cmd.refund_no)
+                )
+                if found is not None:
+                    return await self._replay(found, cmd)
+            return await self._create(merchant_id, cmd, on_create)
+
+    async def _create(
+        self, merchant_id: str, cmd: RefundCommand, on_create: OnRefund | None
+    ) -> RefundResult:
         payment = await self.store.get_payment(merchant_id, cmd.biz_no)
         if payment is None:
             raise NotFound(f"no payment {cmd.biz_no}")

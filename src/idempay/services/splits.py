@@ -28,7 +28,7 @@ from idempay.domain.model import (
     new_id,
 )
 from idempay.domain.money import check_amount
-from idempay.domain.ports import Change, Channel, Clock, Store
+from idempay.domain.ports import Change, Channel, Clock, FrontLock, Store
 from idempay.domain.states import (
     Entity,
     InstructionStatus,
@@ -36,6 +36,7 @@ from idempay.domain.states import (
     SplitItemStatus,
     SplitStatus,
 )
+from idempay.services.frontlock import Unlocked, holding, wait_visible
 from idempay.services.payments import PaymentPolicy
 from idempay.services.sending import call_channel, new_instruction, op_for, record
 
@@ -69,9 +70,16 @@ class _Refused(Exception):
 
 class Splits:
     def __init__(
-        self, store: Store, channels: Mapping[str, Channel], clock: Clock, policy: PaymentPolicy
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        clock: Clock,
+        policy: PaymentPolicy,
+        *,
+        lock: FrontLock | None = None,
     ) -> None:
         self.store, self.channels, self.clock, self.policy = store, channels, clock, policy
+        self.lock: FrontLock = lock or Unlocked()
 
     async def get(self, merchant_id: str, split_no: str) -> SplitView:
         split = await self.store.get_split(merchant_id, check_identifier(split_no, "split_no"))
@@ -96,11 +104,21 @@ class Splits:
         exists — starting it if its creator died before it could."""
         total = self.validate(cmd)
         existing = await self.store.get_split(merchant_id, cmd.split_no)
+        created = False
         if existing is None:
-            existing = await self._create(merchant_id, cmd, total)
-            created = existing is not None
-        else:
-            created = False
+            key = f"idempay:lock:split:{merchant_id}:{cmd.split_no}"
+            async with holding(self.lock, key, self.policy.lock_ttl_ms) as first:
+                if first:
+                    existing = await self._create(merchant_id, cmd, total)
+                    created = existing is not None
+                    return await self._finish(merchant_id, existing, cmd, created)
+                await wait_visible(lambda: self.store.get_split(merchant_id, cmd.split_no))
+        return await self._finish(merchant_id, existing, cmd, created)
+
+    async def _finish(
+        self, merchant_id: str, existing: Split | None, cmd: SplitCommand, created: bool
+    ) -> SplitResult:
+        """Start the split if it is still PENDING (its creator may have died), then answer it."""
         split = existing or await self.store.get_split(merchant_id, cmd.split_no)
         assert split is not None
         if not created:
