@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from idempay import __version__
-from idempay.api import health, openapi, ops, payments
+from idempay.api import callbacks, health, openapi, ops, payments, refunds, splits
 from idempay.api.body import PayloadTooLarge, UnsupportedMediaType
 from idempay.api.health import Unavailable
 from idempay.api.metrics import Metrics
@@ -37,7 +37,14 @@ from idempay.domain.errors import (
 log = structlog.get_logger("idempay.api")
 
 # The routers of API.md. A later feature adds its router here (or passes it to create_app).
-ROUTERS: tuple[APIRouter, ...] = (health.router, payments.router, ops.router)
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    payments.router,
+    ops.router,
+    callbacks.router,
+    refunds.router,
+    splits.router,
+)
 
 # Domain error class -> HTTP status; looked up along the MRO, anything else is a 500.
 STATUS: dict[type[IdempayError], int] = {

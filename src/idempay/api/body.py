@@ -46,7 +46,7 @@ def body_doc(model: type[BaseModel], *, required: bool) -> dict[str, Any]:
 async def parse_body(
     request: Request, model: type[M], *, max_bytes: int, required: bool
 ) -> Body[M]:
-    raw = await _read(request, max_bytes)
+    raw = await read_limited(request, max_bytes)
     if not raw:
         if required:
             raise InvalidRequest("a JSON body is required")
@@ -60,7 +60,8 @@ async def parse_body(
     return Body(parsed, json.dumps(value, sort_keys=True, separators=(",", ":")))
 
 
-async def _read(request: Request, max_bytes: int) -> bytes:
+async def read_limited(request: Request, max_bytes: int) -> bytes:
+    """The raw body, refused with 413 past `max_bytes` (declared or actually streamed)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"the body is over {max_bytes} bytes")

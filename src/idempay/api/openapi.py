@@ -22,6 +22,11 @@ RESOURCES: dict[str, type[BaseModel]] = {
 }  # fmt: skip
 
 
+def register(*models: type[BaseModel]) -> None:
+    """Add resource models (referenced with schemas.ok("Name", ...)) to the document."""
+    RESOURCES.update({m.__name__: m for m in models})
+
+
 def install(app: FastAPI, container: Container) -> None:
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
 
+from idempay.api import ops_work
 from idempay.api.auth import ContainerDep, operator
 from idempay.api.idempotency import json_response
 from idempay.api.query import only_query
@@ -63,3 +64,6 @@ async def get_payment(
         for i in view.instructions
     ]
     return json_response(dumps(body), 200)
+
+
+router.include_router(ops_work.router)

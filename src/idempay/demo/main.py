@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
@@ -34,44 +33,8 @@ FAULTS: dict[str, Any] = {
 SETTLE_TIMEOUT_S = 60.0
 
 
-async def _kill_midway(idem: Idempay, run: Run, total: int) -> None:
-    while run.done < total // 2:  # noqa: ASYNC110 - progress is a counter, polled
-        await asyncio.sleep(0.05)
-    idem.kill_serve()  # SIGKILL: whatever was between the bank and the database is cut off
-    await asyncio.sleep(0.3)
-    await asyncio.to_thread(idem.start_serve)
-
-
-async def _wait_settled(idem: Idempay) -> None:
-    headers = {"Authorization": f"Bearer {idem.api_key}"}
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    async with httpx.AsyncClient(base_url=idem.url, headers=headers, timeout=10) as client:
-        while time.monotonic() < deadline:
-            open_ = 0
-            for status in ("UNKNOWN", "PROCESSING"):
-                r = await client.get("/v1/payments", params={"status": status, "limit": 1})
-                open_ += len(r.json()["items"])
-            if not open_:
-                return
-            await asyncio.sleep(0.25)
-
-
-async def _idempay_payments(idem: Idempay) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {idem.api_key}"}
-    out: list[dict[str, Any]] = []
-    cursor = None
-    async with httpx.AsyncClient(base_url=idem.url, headers=headers, timeout=30) as client:
-        while True:
-            params: dict[str, Any] = {"limit": 100, **({"cursor": cursor} if cursor else {})}
-            page = (await client.get("/v1/payments", params=params)).json()
-            out.extend(page["items"])
-            cursor = page["next_cursor"]
-            if not cursor:
-                return out
-
-
 async def _resolutions(idem: Idempay) -> tuple[Counter[str], int]:
-    engine = create_engine(f"sqlite:///{idem.db}")
+    engine = create_engine(idem.database_url)
     tr = t.transitions.c
     q = (
         select(tr.actor, func.count())
@@ -110,7 +73,7 @@ async def run(
         idem.start_worker()
         task = progress.add_task("idempay (serve killed once)", total=n)
         runs = Run()
-        killer = asyncio.create_task(_kill_midway(idem, runs, n))
+        killer = asyncio.create_task(idem.kill_serve_midway(runs, n))
         await drive(
             plan,
             idempay_sender(idem.url, idem.api_key, policy.timeout_s),
@@ -122,9 +85,9 @@ async def run(
         await killer
         sim.faults(seed=seed)  # faults healed; the worker finds every outcome
         settle = progress.add_task("idempay worker settling", total=None)
-        await _wait_settled(idem)
+        await idem.wait_settled(SETTLE_TIMEOUT_S)
         progress.update(settle, total=1, completed=1)
-        books = await _idempay_payments(idem)
+        books = await idem.payments()
         ledger = sim.ledger()
         ref_of = {p["biz_no"]: p["id"] for p in books}
         result["idempay"] = report.facts(runs.outcomes, ledger, ref_of)

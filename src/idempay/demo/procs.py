@@ -3,6 +3,7 @@ ports, all killed on the way out (also on Ctrl-C)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from idempay.demo.workload import Run
 
 SIM_SECRET = "simbank-demo-secret"
 
@@ -94,16 +97,19 @@ class Simbank:
 
 
 class Idempay:
-    """`idempay serve` + `idempay worker` on one SQLite file, against one simulator."""
+    """`idempay serve` + `idempay worker` on one database (default: a SQLite file in the
+    folder), against one simulator; `env` adds or overrides settings."""
 
-    def __init__(self, procs: Procs, sim: Simbank) -> None:
+    def __init__(
+        self, procs: Procs, sim: Simbank, database_url: str | None = None, **env: str
+    ) -> None:
         self.procs = procs
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.db = procs.folder / "idempay.db"
+        self.database_url = database_url or f"sqlite:///{procs.folder / 'idempay.db'}"
         channels = {"simbank": {"kind": "simbank", "base_url": sim.url, "secret": SIM_SECRET}}
         self.env = {
-            "IDEMPAY_DATABASE_URL": f"sqlite:///{self.db}",
+            "IDEMPAY_DATABASE_URL": self.database_url,
             "IDEMPAY_CHANNELS": json.dumps(channels),
             "IDEMPAY_PUBLIC_URL": self.url,
             "IDEMPAY_CHANNEL_TIMEOUT_MS": "1000",
@@ -113,6 +119,7 @@ class Idempay:
             "IDEMPAY_WORKER_POLL_MS": "200",
             "IDEMPAY_WORKER_LEASE_MS": "10000",
             "IDEMPAY_LOG_FORMAT": "json",
+            **env,
         }
         created = subprocess.run(
             [sys.executable, "-m", "idempay.cli", "merchant", "create", "demo"],
@@ -133,5 +140,48 @@ class Idempay:
         assert self.serve is not None
         self.procs.kill(self.serve, signal.SIGKILL)
 
-    def start_worker(self) -> None:
-        self.worker = self.procs.start("worker", ["worker"], self.env)
+    def start_worker(self, name: str = "worker") -> subprocess.Popen[bytes]:
+        self.worker = self.procs.start(name, ["worker"], self.env)
+        return self.worker
+
+    def _client(self) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
+
+    async def kill_serve_midway(self, run: Run, total: int) -> None:
+        """SIGKILL `serve` once half the payments are done, then start it again."""
+        while run.done < total // 2:  # noqa: ASYNC110 - progress is a counter, polled
+            await asyncio.sleep(0.05)
+        self.kill_serve()  # whatever was between the bank and the database is cut off
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(self.start_serve)
+
+    async def open_payments(self) -> int:
+        async with self._client() as client:
+            found = 0
+            for status in ("UNKNOWN", "PROCESSING"):
+                r = await client.get("/v1/payments", params={"status": status, "limit": 1})
+                found += len(r.json()["items"])
+            return found
+
+    async def wait_settled(self, timeout_s: float) -> bool:
+        """Until no payment is UNKNOWN or PROCESSING (True), or `timeout_s` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not await self.open_payments():
+                return True
+            await asyncio.sleep(0.25)
+        return False
+
+    async def payments(self) -> list[dict[str, Any]]:
+        """Every payment of the demo merchant, through the API's list."""
+        out: list[dict[str, Any]] = []
+        cursor = None
+        async with self._client() as client:
+            while True:
+                params: dict[str, Any] = {"limit": 100, **({"cursor": cursor} if cursor else {})}
+                page = (await client.get("/v1/payments", params=params)).json()
+                out.extend(page["items"])
+                cursor = page["next_cursor"]
+                if not cursor:
+                    return out
