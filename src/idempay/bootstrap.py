@@ -177,6 +177,7 @@ class WorkerParts:
     resolver: Resolver
     outbox: Outbox
     sender: HttpxWebhookSender
+    queue: SqlWorkQueue
 
 
 def build_worker(container: Container, worker_id: str) -> WorkerParts:
@@ -194,4 +195,4 @@ def build_worker(container: Container, worker_id: str) -> WorkerParts:
         container.store, queue, container.channels, container.clock, worker_id, policy
     )
     sender = HttpxWebhookSender()
-    return WorkerParts(resolver, Outbox(queue, sender, container.clock), sender)
+    return WorkerParts(resolver, Outbox(queue, sender, container.clock), sender, queue)

@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, time
 from typing import Any
 
 DEFAULT_CHANNELS = {
@@ -41,6 +42,7 @@ class Settings:
     worker_poll_s: float = 1.0
     redis_deadline_ms: int = 50  # a front-lock call slower than this proceeds without the lock
     lock_ttl_ms: int = 15_000
+    reconcile_at: time = time(0, 30)  # UTC: the worker reconciles yesterday after this time
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -64,6 +66,7 @@ class Settings:
             worker_poll_s=_int(env, "IDEMPAY_WORKER_POLL_MS", 1_000) / 1000,
             redis_deadline_ms=_int(env, "IDEMPAY_REDIS_DEADLINE_MS", d.redis_deadline_ms),
             lock_ttl_ms=_int(env, "IDEMPAY_LOCK_TTL_MS", d.lock_ttl_ms),
+            reconcile_at=_time(env.get("IDEMPAY_RECONCILE_AT"), d.reconcile_at),
         )
 
 
@@ -78,6 +81,15 @@ def _int(env: Mapping[str, str], name: str, default: int, hi: int = 2**62) -> in
     if not 1 <= value <= hi:
         raise ConfigError(f"{name} must be between 1 and {hi}")
     return value
+
+
+def _time(raw: str | None, default: time) -> time:
+    if not raw:
+        return default
+    try:
+        return datetime.strptime(raw, "%H:%M").time()
+    except ValueError:
+        raise ConfigError("IDEMPAY_RECONCILE_AT must be HH:MM (UTC)") from None
 
 
 def _backoff(raw: str | None, default: tuple[float, ...]) -> tuple[float, ...]:

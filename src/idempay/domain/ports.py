@@ -256,8 +256,20 @@ class WorkQueue(Protocol):
     """Leased batches of due work, shared safely by many workers."""
 
     async def claim_instructions(
-        self, *, worker: str, lease_s: float, limit: int, sweep_before: datetime | None = None
-    ) -> list[Instruction]: ...
+        self,
+        *,
+        worker: str,
+        lease_s: float,
+        limit: int,
+        sweep_before: datetime | None = None,
+        favour: list[str] | None = None,
+    ) -> list[Instruction]:
+        """Due live instructions: `favour`'s merchants first, then largest amounts, oldest."""
+        ...
+
+    async def unknown_rates(self, since: datetime) -> dict[str, float]:
+        """Per merchant, the share of its instructions since `since` still unresolved."""
+        ...
 
     async def claim_events(self, *, lease_s: float, limit: int) -> list[dict[str, Any]]: ...
 

@@ -30,7 +30,12 @@ I = InstructionStatus
 @dataclass(frozen=True, slots=True)
 class ResolutionPolicy:
     """Defaults: query after 2 s, 5 s, 10 s, 30 s, 1, 2, 5, 10 min, then every 15 min; after 20
-    queries the instruction also goes to the review queue (and is still queried)."""
+    queries the instruction also goes to the review queue (and is still queried).
+
+    Priority (seeds/001): an instruction of at least `urgent_amount` minor units, or of a merchant
+    whose share of unresolved instructions over the last day is at least `hot_merchant_rate`, is
+    claimed first and never waits longer than `urgent_cap_s` between queries; every other one
+    settles on the ordinary 15-minute cadence."""
 
     backoff_s: tuple[float, ...] = (2, 5, 10, 30, 60, 120, 300, 600, 900)
     max_queries: int = 20
@@ -38,9 +43,17 @@ class ResolutionPolicy:
     lease_s: float = 60.0
     batch: int = 50
     query_timeout_s: float = 10.0
+    urgent_amount: int = 1_000_000  # 10,000.00 in a currency with two decimals
+    hot_merchant_rate: float = 0.05
+    urgent_cap_s: float = 60.0
 
-    def delay_after(self, query_count: int) -> float:
-        return self.backoff_s[min(max(query_count, 1), len(self.backoff_s)) - 1]
+    def urgent(self, amount: int, merchant_unknown_rate: float) -> bool:
+        return amount >= self.urgent_amount or merchant_unknown_rate >= self.hot_merchant_rate
+
+    def delay_after(self, query_count: int, *, urgent: bool = False) -> float:
+        """Seconds until the next query of an instruction asked `query_count` times."""
+        step = self.backoff_s[min(max(query_count, 1), len(self.backoff_s)) - 1]
+        return min(step, self.urgent_cap_s) if urgent else step
 
 
 class Resolver:
@@ -57,6 +70,11 @@ class Resolver:
         self.worker_id = worker_id
         self.policy = policy or ResolutionPolicy()
         self.actor = f"worker:{worker_id}"[:64]
+        self.unknown_rates: dict[str, float] = {}  # merchant -> share unresolved (refreshed)
+
+    def hot_merchants(self) -> list[str]:
+        rate = self.policy.hot_merchant_rate
+        return sorted(m for m, r in self.unknown_rates.items() if r >= rate)
 
     async def run_once(self, *, sweep_before: datetime | None = None) -> int:
         """Claim one batch and resolve it; the number of instructions looked at."""
@@ -65,6 +83,7 @@ class Resolver:
             lease_s=self.policy.lease_s,
             limit=self.policy.batch,
             sweep_before=sweep_before,
+            favour=self.hot_merchants(),
         )
         await asyncio.gather(*(self.resolve(ins) for ins in batch))
         return len(batch)
@@ -146,7 +165,9 @@ class Resolver:
         self, ins: Instruction, why: str, *, at: datetime | None = None, review: bool = False
     ) -> str:
         count = ins.query_count + 1
-        due = at or self.clock.now() + timedelta(seconds=self.policy.delay_after(count))
+        urgent = self.policy.urgent(ins.amount, self.unknown_rates.get(ins.merchant_id, 0.0))
+        delay = self.policy.delay_after(count, urgent=urgent)
+        due = at or self.clock.now() + timedelta(seconds=delay)
         values = {
             "query_count": count,
             "next_query_at": due,

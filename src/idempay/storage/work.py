@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, or_, select, update
+from sqlalchemy import Select, and_, case, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from idempay.domain.model import Instruction
@@ -31,6 +31,7 @@ async def claim_instructions(
     lease_s: float,
     limit: int,
     sweep_before: datetime | None = None,
+    favour: list[str] | None = None,
 ) -> list[Instruction]:
     """Lease up to `limit` due live instructions, largest amounts first, then oldest.
 
@@ -50,7 +51,7 @@ async def claim_instructions(
             due,
             or_(c.lease_until.is_(None), c.lease_until < now),
         )
-        .order_by(c.amount.desc(), c.created_at, c.request_id)
+        .order_by(*_favoured(favour), c.amount.desc(), c.created_at, c.request_id)
         .limit(limit)
     )
     async with store.begin() as tx:
@@ -63,6 +64,22 @@ async def claim_instructions(
         await tx.conn.execute(stmt.values(lease_owner=worker, lease_until=until, updated_at=now))
     claimed = [to_instruction(r) for r in rows]
     return [_with_lease(i, worker, until) for i in claimed]
+
+
+def _favoured(merchants: list[str] | None) -> list[Any]:
+    """Merchants with many unresolved instructions go first (seeds/001)."""
+    if not merchants:
+        return []
+    return [case((t.instructions.c.merchant_id.in_(merchants), 0), else_=1)]
+
+
+async def unknown_rates(store: SqlStore, since: datetime) -> dict[str, float]:
+    c = t.instructions.c
+    live = case((c.status.in_([s.value for s in LIVE_INSTRUCTION]), 1), else_=0)
+    q = select(c.merchant_id, func.sum(live), func.count()).where(c.created_at >= since)
+    async with store.engine.connect() as conn:
+        rows = (await conn.execute(q.group_by(c.merchant_id))).all()
+    return {m: float(n_live or 0) / n for m, n_live, n in rows if n}
 
 
 def _with_lease(i: Instruction, worker: str, until: datetime) -> Instruction:
@@ -131,11 +148,25 @@ class SqlWorkQueue:
         self.store = store
 
     async def claim_instructions(
-        self, *, worker: str, lease_s: float, limit: int, sweep_before: datetime | None = None
+        self,
+        *,
+        worker: str,
+        lease_s: float,
+        limit: int,
+        sweep_before: datetime | None = None,
+        favour: list[str] | None = None,
     ) -> list[Instruction]:
         return await claim_instructions(
-            self.store, worker=worker, lease_s=lease_s, limit=limit, sweep_before=sweep_before
+            self.store,
+            worker=worker,
+            lease_s=lease_s,
+            limit=limit,
+            sweep_before=sweep_before,
+            favour=favour,
         )
+
+    async def unknown_rates(self, since: datetime) -> dict[str, float]:
+        return await unknown_rates(self.store, since)
 
     async def claim_events(self, *, lease_s: float, limit: int) -> list[dict[str, Any]]:
         return await claim_events(self.store, lease_s=lease_s, limit=limit)
