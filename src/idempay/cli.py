@@ -106,6 +106,57 @@ def simbank(
 
 
 @app.command()
+def reconcile(
+    channel: Annotated[str, typer.Option(help="The channel, as named in IDEMPAY_CHANNELS.")],
+    day: Annotated[str, typer.Option("--date", help="The UTC day, YYYY-MM-DD.")],
+) -> None:
+    """Reconcile one channel's statement of one UTC day against the books; print a summary.
+    Safe to run again: no correction is repeated and no finding recorded twice."""
+    from datetime import date as date_
+
+    from rich.console import Console
+    from rich.table import Table
+
+    try:
+        when = date_.fromisoformat(day)
+    except ValueError:
+        typer.echo(f"--date must be YYYY-MM-DD, got {day!r}", err=True)
+        raise typer.Exit(2) from None
+
+    async def run() -> dict[str, object]:
+        container = await bootstrap.build(_settings())
+        try:
+            if channel not in container.channels:
+                typer.echo(f"unknown channel {channel!r}", err=True)
+                raise typer.Exit(2)
+            run_id = await container.reconciliation.start(channel, when)
+            assert run_id is not None
+            return await container.reconciliation.run(run_id, channel, when)
+        finally:
+            await container.aclose()
+
+    result = asyncio.run(run())
+    console = Console()
+    counts = Table(title=f"reconciliation {result['id']}: {channel} {day} — {result['status']}")
+    counts.add_column("class")
+    counts.add_column("lines", justify="right")
+    for cls, n in dict(result["counts"]).items():  # type: ignore[call-overload]
+        counts.add_row(cls, str(n))
+    console.print(counts)
+    found = list(result["discrepancies"])  # type: ignore[call-overload]
+    if found:
+        detail = Table(title="discrepancies")
+        for col in ("class", "request_id", "kind", "correction"):
+            detail.add_column(col)
+        for d in found:
+            detail.add_row(d["class"], str(d["request_id"]), str(d["kind"]), d["correction"])
+        console.print(detail)
+    if result["status"] != "DONE":
+        typer.echo(f"reconciliation failed: {result['error']}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
 def demo(
     payments: Annotated[int, typer.Option(min=1, max=100_000, help="How many payments.")] = 500,
     seed: Annotated[int, typer.Option(help="Seed of the amounts and the simulator's faults.")] = 7,

@@ -70,3 +70,40 @@ def test_a_bad_setting_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "IDEMPAY_MAX_AMOUNT must be an integer" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_reconcile_prints_a_summary_and_refuses_a_bad_date(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    env = {
+        **os.environ,
+        "IDEMPAY_DATABASE_URL": url,
+        "IDEMPAY_CHANNELS": '{"bank": {"kind": "scripted"}}',
+        "COLUMNS": "200",
+    }
+    run = [sys.executable, "-m", "idempay.cli", "reconcile", "--channel", "bank"]
+    ok = subprocess.run(
+        [*run, "--date", "2026-11-29"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "bank 2026-11-29 — DONE" in ok.stdout and "DUPLICATE_CHARGE" in ok.stdout
+    bad = subprocess.run(
+        [*run, "--date", "yesterday"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "YYYY-MM-DD" in bad.stderr
+    unknown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "idempay.cli",
+            "reconcile",
+            "--channel",
+            "nope",
+            "--date",
+            "2026-11-29",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unknown.returncode == 2 and "unknown channel" in unknown.stderr

@@ -75,7 +75,7 @@ ROWS = (
     ("charges_at_bank", "charges executed at the bank"),
     ("double_charges", "double charges"),
     ("overcharged_minor", "money overcharged (CNY)"),
-    ("unknown_to_client", "client gave up not knowing"),
+    ("unknown_to_client", "no final outcome when client left"),
     ("not_terminal_at_end", "outcomes still unknown at the end"),
     ("status_disagrees_with_bank", "status disagrees with the bank"),
     ("resolved_by_query", "resolved by query (worker)"),

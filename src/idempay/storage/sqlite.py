@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sqlalchemy import event
@@ -28,3 +29,23 @@ def configure(engine: AsyncEngine, *, busy_timeout_ms: int = 30_000) -> None:
     def _begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class WriterQueue:
+    """An asyncio lock per event loop: a store may be used from several loops (threads)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def _lock(self) -> asyncio.Lock:
+        key = id(asyncio.get_running_loop())
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    async def __aenter__(self) -> None:
+        await self._lock().acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock().release()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -18,6 +18,7 @@ from idempay.domain.errors import DuplicateKey
 from idempay.domain.model import Instruction, Payment, PaymentView, Principal, new_id
 from idempay.domain.ports import Change, Clock, Discrepancy
 from idempay.domain.states import Entity
+from idempay.storage import sqlite
 from idempay.storage import tables as t
 from idempay.storage.balances import BalancesStore, BalancesTx
 from idempay.storage.sqlite import WRITE_OPTION
@@ -274,10 +275,13 @@ class SqlStore(BalancesStore):
     def __init__(self, engine: AsyncEngine, clock: Clock) -> None:
         self.engine = engine
         self.clock = clock
+        # SQLite has one writer; waiting writers poll with growing sleeps (its busy handler), so
+        # the writers of one process queue here instead, in order and without sleeping.
+        self._writers = sqlite.WriterQueue() if engine.dialect.name == "sqlite" else None
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[SqlTx]:
-        async with self.engine.connect() as conn:
+        async with self._writers or nullcontext(), self.engine.connect() as conn:
             await conn.execution_options(**{WRITE_OPTION: True})
             async with conn.begin():
                 yield SqlTx(conn, self.clock)
