@@ -22,22 +22,34 @@ router = APIRouter(prefix="/v1/ops", tags=["operations"], dependencies=[Depends(
 
 def _log(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
-        {"from": r["from_status"], "to": r["to_status"], "reason": r["reason"],
-         "actor": r["actor"], "at": rfc3339(r["created_at"])}
+        {
+            "from": r["from_status"],
+            "to": r["to_status"],
+            "reason": r["reason"],
+            "actor": r["actor"],
+            "at": rfc3339(r["created_at"]),
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def _instruction(i: Instruction, log: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "request_id": i.request_id, "status": i.status, "attempt": i.attempt,
-        "channel": i.channel, "amount": i.amount, "currency": i.currency,
-        "send_count": i.send_count, "query_count": i.query_count, "last_error": i.last_error,
+        "request_id": i.request_id,
+        "status": i.status,
+        "attempt": i.attempt,
+        "channel": i.channel,
+        "amount": i.amount,
+        "currency": i.currency,
+        "send_count": i.send_count,
+        "query_count": i.query_count,
+        "last_error": i.last_error,
         "channel_txn_id": i.channel_txn_id,
         "next_query_at": rfc3339(i.next_query_at) if i.next_query_at else None,
-        "created_at": rfc3339(i.created_at), "updated_at": rfc3339(i.updated_at),
+        "created_at": rfc3339(i.created_at),
+        "updated_at": rfc3339(i.updated_at),
         "transitions": log,
-    }  # fmt: skip
+    }
 
 
 @router.get(
@@ -59,6 +71,16 @@ async def get_payment(
     body = payment_json(view)
     body["merchant_id"] = payment.merchant_id
     body["transitions"] = _log(await c.store.transition_log(Entity.PAYMENT, payment.id))
+    body["events"] = [
+        {
+            **e,
+            **{
+                k: rfc3339(e[k]) if e[k] else None
+                for k in ("next_attempt_at", "delivered_at", "created_at")
+            },
+        }
+        for e in await c.store.events_for(payment.id)
+    ]
     body["instructions"] = [
         _instruction(i, _log(await c.store.transition_log(Entity.INSTRUCTION, i.request_id)))
         for i in view.instructions

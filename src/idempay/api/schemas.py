@@ -132,12 +132,27 @@ class OpsInstruction(BaseModel):
     transitions: list[Transition]
 
 
+class OpsEvent(BaseModel):
+    """A webhook event of the payment and its delivery state."""
+
+    id: str
+    kind: str
+    status: str = Field(description="PENDING, DELIVERED, SKIPPED (no notify_url) or FAILED")
+    attempts: int
+    last_error: str | None
+    next_attempt_at: str | None
+    delivered_at: str | None
+    created_at: str
+
+
 class OpsPayment(Payment):
-    """A payment as support staff see it: its merchant, every attempt, both transition logs."""
+    """A payment as support staff see it: its merchant, every attempt, both transition logs,
+    and the delivery state of its webhook events."""
 
     merchant_id: str
     instructions: list[OpsInstruction]  # type: ignore[assignment]
     transitions: list[Transition]
+    events: list[OpsEvent]
 
 
 class FieldProblem(BaseModel):

@@ -365,6 +365,23 @@ class SqlStore(BalancesStore):
                 )
             )
 
+    async def events_for(self, object_id: str) -> list[dict[str, Any]]:
+        """The outbox events of one object, in delivery order, with their delivery state."""
+        o = t.outbox.c
+        cols = (
+            o.id,
+            o.kind,
+            o.status,
+            o.attempts,
+            o.last_error,
+            o.next_attempt_at,
+            o.delivered_at,
+            o.created_at,
+        )
+        q = select(*cols).where(o.object_id == object_id).order_by(o.seq)
+        async with self._read() as conn:
+            return [dict(r._mapping) for r in (await conn.execute(q)).all()]
+
     async def get_review(self, review_id: str) -> dict[str, Any] | None:
         async with self._read() as conn:
             row = (await conn.execute(select(t.reviews).where(t.reviews.c.id == review_id))).first()
