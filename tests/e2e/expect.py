@@ -54,3 +54,56 @@ async def snapshot(server: Server, merchant: Principal) -> tuple[int, ...]:
     the channels executed: equal before and after a rejected request."""
     counts = await server.db.counts(merchant.id, t.payments, t.idempotency_keys, t.outbox)
     return (*counts, len(server.executions()))
+
+
+REFUND_FIELDS = {
+    "id", "refund_no", "biz_no", "amount", "currency", "status", "reason", "instructions",
+    "created_at", "updated_at",
+}  # fmt: skip
+SPLIT_FIELDS = {
+    "id", "split_no", "biz_no", "amount", "currency", "status", "items", "created_at",
+    "updated_at",
+}  # fmt: skip
+
+
+def _answer(
+    response: httpx.Response, status: int, fields: set[str], *, replayed: bool
+) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers.get("idempotent-replayed") == ("true" if replayed else None)
+    assert response.headers["x-request-id"]
+    body: dict[str, Any] = response.json()
+    assert set(body) == fields, body
+    assert RFC3339_UTC.fullmatch(body["created_at"]) and RFC3339_UTC.fullmatch(body["updated_at"])
+    return body
+
+
+def refund_answer(
+    response: httpx.Response, status: int, *, replayed: bool = False
+) -> dict[str, Any]:
+    """`response` is a refund resource: exactly the fields of the refund JSON."""
+    body = _answer(response, status, REFUND_FIELDS, replayed=replayed)
+    for instruction in body["instructions"]:
+        assert set(instruction) == {"request_id", "status", "query_count"}
+    return body
+
+
+def split_answer(
+    response: httpx.Response, status: int, *, replayed: bool = False
+) -> dict[str, Any]:
+    """`response` is a split resource: exactly the fields of the split JSON."""
+    body = _answer(response, status, SPLIT_FIELDS, replayed=replayed)
+    for item in body["items"]:
+        assert set(item) == {"receiver_id", "amount", "status", "request_id"}
+    return body
+
+
+async def money_snapshot(server: Server, merchant: Principal) -> tuple[object, ...]:
+    """`snapshot` plus the merchant's refunds, splits, split items, instructions and every
+    payment's balances (refunded, split, reserved): equal before and after a rejected refund or
+    split."""
+    tables = (t.refunds, t.splits, t.split_items, t.instructions)
+    counts = await server.db.counts(merchant.id, *tables)
+    balances = await server.db.balances(merchant.id)
+    return (*await snapshot(server, merchant), *counts, *balances)

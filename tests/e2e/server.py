@@ -37,6 +37,13 @@ CHANNELS: dict[str, dict[str, Any]] = {
     "decline": {"kind": "scripted", "default": "DECLINE"},
     "pending": {"kind": "scripted", "default": "PENDING"},
     "flaky": {"kind": "scripted", "plan": ["DECLINE"]},  # declines once, then succeeds
+    # The first operation (one test's charge) succeeds, every later one (its refund or split
+    # items) answers as named: one test each per server, like "flaky".
+    "refund_lost": {"kind": "scripted", "plan": ["SUCCEED"], "default": "HALF_OPEN"},
+    "refund_pending": {"kind": "scripted", "plan": ["SUCCEED"], "default": "PENDING"},
+    "refund_declined": {"kind": "scripted", "plan": ["SUCCEED"], "default": "DECLINE"},
+    "split_lost": {"kind": "scripted", "plan": ["SUCCEED"], "default": "HALF_OPEN"},
+    "split_declined": {"kind": "scripted", "plan": ["SUCCEED"], "default": "DECLINE"},
 }
 
 
@@ -204,6 +211,21 @@ class Db:
         async def run() -> tuple[int, ...]:
             async with self.container.engine.connect() as conn:
                 return tuple(int(n) for n in (await conn.execute(q)).one())
+
+        return await self.call(run())
+
+    async def balances(self, merchant_id: str) -> list[tuple[str, int, int, int]]:
+        """(biz_no, refunded, split, reserved) of each of `merchant_id`'s payments, by biz_no."""
+        p = t.payments.c
+        q = (
+            select(p.biz_no, p.refunded_amount, p.split_amount, p.reserved_amount)
+            .where(p.merchant_id == merchant_id)
+            .order_by(p.biz_no)
+        )
+
+        async def run() -> list[tuple[str, int, int, int]]:
+            async with self.container.engine.connect() as conn:
+                return [(str(b), int(r), int(s), int(v)) for b, r, s, v in await conn.execute(q)]
 
         return await self.call(run())
 

@@ -7,7 +7,7 @@ often it is requested; items run independently, so one UNKNOWN item does not sto
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from idempay.domain.errors import (
@@ -28,7 +28,7 @@ from idempay.domain.model import (
     new_id,
 )
 from idempay.domain.money import check_amount
-from idempay.domain.ports import Change, Channel, Clock, FrontLock, Store
+from idempay.domain.ports import Change, Channel, Clock, FrontLock, Store, Tx
 from idempay.domain.states import (
     Entity,
     InstructionStatus,
@@ -41,6 +41,9 @@ from idempay.services.payments import PaymentPolicy
 from idempay.services.sending import call_channel, new_instruction, op_for, record
 
 MAX_RECEIVERS = 50
+# Run inside the transaction that creates the split (e.g. the API's Idempotency-Key claim), so
+# one never exists without the other.
+OnSplit = Callable[[Tx, Split], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +102,12 @@ class Splits:
             raise InvalidRequest("receiver_id must be distinct", field="receivers")
         return check_amount(sum(r.amount for r in cmd.receivers), self.policy.max_amount)
 
-    async def create(self, merchant_id: str, cmd: SplitCommand) -> SplitResult:
+    async def create(
+        self, merchant_id: str, cmd: SplitCommand, *, on_create: OnSplit | None = None
+    ) -> SplitResult:
         """Create the split (reserving its total) and execute it once, or answer the one that
-        exists — starting it if its creator died before it could."""
+        exists — starting it if its creator died before it could. `on_create` runs in the
+        creating transaction only."""
         total = self.validate(cmd)
         existing = await self.store.get_split(merchant_id, cmd.split_no)
         created = False
@@ -109,7 +115,7 @@ class Splits:
             key = f"idempay:lock:split:{merchant_id}:{cmd.split_no}"
             async with holding(self.lock, key, self.policy.lock_ttl_ms) as first:
                 if first:
-                    existing = await self._create(merchant_id, cmd, total)
+                    existing = await self._create(merchant_id, cmd, total, on_create)
                     created = existing is not None
                     return await self._finish(merchant_id, existing, cmd, created)
                 await wait_visible(lambda: self.store.get_split(merchant_id, cmd.split_no))
@@ -129,7 +135,9 @@ class Splits:
         view = await self.store.split_view(latest)
         return SplitResult(view, created=created, replayed=not created and not started)
 
-    async def _create(self, merchant_id: str, cmd: SplitCommand, total: int) -> Split | None:
+    async def _create(
+        self, merchant_id: str, cmd: SplitCommand, total: int, on_create: OnSplit | None = None
+    ) -> Split | None:
         payment = await self.store.get_payment(merchant_id, cmd.biz_no)
         if payment is None:
             raise NotFound(f"no payment {cmd.biz_no}")
@@ -185,6 +193,8 @@ class Splits:
                     f"created; reserved {total} for {len(items)} receivers",
                     actor,
                 )
+                if on_create is not None:
+                    await on_create(tx, split)
         except DuplicateKey:
             return None  # a concurrent request created it: answer that one
         except _Refused as r:
