@@ -108,7 +108,7 @@ async def on_domain_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, InvalidRequest) and exc.field:
         errors = [{"field": exc.field, "message": exc.detail}]
     elif isinstance(exc, BizNoReused):
-        errors = [{"field": f, "message": "differs from the existing payment"} for f in exc.fields]
+        errors = [{"field": f, "message": "differs from the existing one"} for f in exc.fields]
     if isinstance(exc, Unauthenticated):
         headers = {"WWW-Authenticate": 'Bearer realm="idempay"'}
     elif isinstance(exc, RequestInProgress):

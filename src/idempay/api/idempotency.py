@@ -12,8 +12,7 @@ from fastapi import Header, Request, Response
 from idempay.api.metrics import Metrics
 from idempay.api.schemas import ID_PATTERN
 from idempay.domain.errors import IdempotencyKeyReused, RequestInProgress
-from idempay.services.idempotency import Idempotency, KeyedRequest, Orphaned, Replay
-from idempay.services.payments import OnCreate
+from idempay.services.idempotency import Idempotency, KeyedRequest, OnClaim, Orphaned, Replay
 
 IdempotencyKey = Annotated[
     str | None,
@@ -67,7 +66,7 @@ class KeyGuard:
         )
 
     @property
-    def hook(self) -> OnCreate | None:
+    def hook(self) -> OnClaim | None:
         """Writes the in-flight record in the resource's transaction (see Payments.charge)."""
         return None if self.keyed is None else self.service.claim(self.keyed)
 

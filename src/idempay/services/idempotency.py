@@ -3,15 +3,25 @@ expiry, and recovery of a record whose request died before it answered."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 import structlog
 
 from idempay.domain.errors import DuplicateKey, IdempotencyKeyReused, RequestInProgress
-from idempay.domain.model import Payment
 from idempay.domain.ports import Clock, IdempotencyRecord, IdempotencyRecords, Tx
-from idempay.services.payments import OnCreate
+
+
+class Resource(Protocol):
+    """What an Idempotency-Key record points at: any resource with an id."""
+
+    @property
+    def id(self) -> str: ...
+
+
+OnClaim = Callable[[Tx, Resource], Awaitable[None]]
 
 log = structlog.get_logger(__name__)
 
@@ -84,12 +94,13 @@ class Idempotency:
         log.warning("idempotency.orphaned", key_age_s=round(age, 3), resource_id=record.resource_id)
         return Orphaned(record.resource_id)
 
-    def claim(self, req: KeyedRequest) -> OnCreate:
-        """The hook that writes the in-flight record in the resource's own transaction."""
+    def claim(self, req: KeyedRequest) -> OnClaim:
+        """The hook that writes the in-flight record in the resource's own transaction (a
+        payment's, a refund's or a split's)."""
 
-        async def on_create(tx: Tx, payment: Payment) -> None:
+        async def on_create(tx: Tx, resource: Resource) -> None:
             try:
-                await self.records.claim(tx, self._record(req, payment.id))
+                await self.records.claim(tx, self._record(req, resource.id))
             except DuplicateKey:
                 raise KeyTaken(f"a request with Idempotency-Key {req.key} is in progress") from None
 
