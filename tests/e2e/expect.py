@@ -12,14 +12,30 @@ from tests.e2e.server import Principal, Server
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 PAYMENT_FIELDS = {
-    "id", "biz_no", "order_no", "amount", "currency", "channel", "status", "attempt",
-    "refunded_amount", "split_amount", "instructions", "created_at", "updated_at",
-}  # fmt: skip
+    "id",
+    "biz_no",
+    "order_no",
+    "amount",
+    "currency",
+    "channel",
+    "status",
+    "attempt",
+    "refunded_amount",
+    "split_amount",
+    "instructions",
+    "created_at",
+    "updated_at",
+}
 
 
 def pay(biz_no: str = "PAY_ORD001", **changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"biz_no": biz_no, "order_no": "ORD001", "amount": 19900,
-                            "currency": "CNY", "channel": "fast"}  # fmt: skip
+    body: dict[str, Any] = {
+        "biz_no": biz_no,
+        "order_no": "ORD001",
+        "amount": 19900,
+        "currency": "CNY",
+        "channel": "fast",
+    }
     body.update(changes)
     return body
 
@@ -57,13 +73,28 @@ async def snapshot(server: Server, merchant: Principal) -> tuple[int, ...]:
 
 
 REFUND_FIELDS = {
-    "id", "refund_no", "biz_no", "amount", "currency", "status", "reason", "instructions",
-    "created_at", "updated_at",
-}  # fmt: skip
-SPLIT_FIELDS = {
-    "id", "split_no", "biz_no", "amount", "currency", "status", "items", "created_at",
+    "id",
+    "refund_no",
+    "biz_no",
+    "amount",
+    "currency",
+    "status",
+    "reason",
+    "instructions",
+    "created_at",
     "updated_at",
-}  # fmt: skip
+}
+SPLIT_FIELDS = {
+    "id",
+    "split_no",
+    "biz_no",
+    "amount",
+    "currency",
+    "status",
+    "items",
+    "created_at",
+    "updated_at",
+}
 
 
 def _answer(

@@ -203,10 +203,15 @@ class Db:
 
     async def counts(self, merchant_id: str, *tables: t.Table) -> tuple[int, ...]:
         """Rows per table for `merchant_id`, in one round trip."""
-        q = select(*(
-            select(func.count()).select_from(tb).where(tb.c.merchant_id == merchant_id)
-            .scalar_subquery() for tb in tables
-        ))  # fmt: skip
+        q = select(
+            *(
+                select(func.count())
+                .select_from(tb)
+                .where(tb.c.merchant_id == merchant_id)
+                .scalar_subquery()
+                for tb in tables
+            )
+        )
 
         async def run() -> tuple[int, ...]:
             async with self.container.engine.connect() as conn:

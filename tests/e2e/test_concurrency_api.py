@@ -17,8 +17,9 @@ async def _storm(
 ) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=N, max_keepalive_connections=N)
     async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as c:
-        return await asyncio.gather(*(c.post("/v1/payments", json=body, headers=headers)
-                                      for _ in range(N)))  # fmt: skip
+        return await asyncio.gather(
+            *(c.post("/v1/payments", json=body, headers=headers) for _ in range(N))
+        )
 
 
 async def test_40_concurrent_identical_posts_execute_once_and_answer_one_payment(

@@ -34,8 +34,12 @@ def test_the_curl_session_of_docs_api_md_creates_a_merchant_pays_and_queries(
     }
     run = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script.replace("http://127.0.0.1:8000", server.url)],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     paid, queried = (json.loads(line) for line in run.stdout.splitlines())
     assert (paid["status"], paid["amount"], paid["channel"]) == ("SUCCESS", 19900, "simbank")

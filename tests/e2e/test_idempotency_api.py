@@ -59,8 +59,10 @@ async def test_key_order_and_whitespace_do_not_change_the_fingerprint(
     client: httpx.AsyncClient, merchant: Principal
 ) -> None:
     await client.post("/v1/payments", json=pay(), headers=keyed(merchant, "k1"))
-    reordered = b'{ "channel":"fast","currency":"CNY","amount":19900,"order_no":"ORD001",\n' \
-                b'  "biz_no":"PAY_ORD001" }'  # fmt: skip
+    reordered = (
+        b'{ "channel":"fast","currency":"CNY","amount":19900,"order_no":"ORD001",\n'
+        b'  "biz_no":"PAY_ORD001" }'
+    )
     headers = {**keyed(merchant, "k1"), "Content-Type": "application/json"}
     r = await client.post("/v1/payments", content=reordered, headers=headers)
     resource(r, 201, replayed=True)
@@ -162,8 +164,11 @@ async def test_a_key_whose_request_died_with_the_server_is_answered_from_the_pay
         first.stop()
     try:
         async with httpx.AsyncClient(base_url=second.url, timeout=10) as c:
-            problem(await c.post("/v1/payments", json=pay(channel="slow"), headers=headers), 409,
-                    "REQUEST_IN_PROGRESS")  # fmt: skip
+            problem(
+                await c.post("/v1/payments", json=pay(channel="slow"), headers=headers),
+                409,
+                "REQUEST_IN_PROGRESS",
+            )
             await asyncio.sleep(max(0.0, 6.0 - (time.monotonic() - t0)))
             r = await c.post("/v1/payments", json=pay(channel="slow"), headers=headers)
             body = resource(r, 202, replayed=True)

@@ -67,8 +67,12 @@ def test_no_generated_request_gets_a_5xx_or_an_undocumented_answer(
         operation = result.ok()
 
         @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         def answers_as_documented(case: schemathesis.Case) -> None:
             case.call_and_validate(headers=auth, checks=CHECKS, timeout=30)
 

@@ -18,9 +18,12 @@ async def test_an_operator_sees_any_merchants_payment_with_both_transition_logs(
     body = r.json()
     assert (body["merchant_id"], body["biz_no"], body["attempt"]) == (merchant.id, "PAY_ORD001", 2)
     assert [(t["from"], t["to"]) for t in body["transitions"]] == [
-        (None, "PROCESSING"), ("PROCESSING", "FAILED"), ("FAILED", "INIT"),
-        ("INIT", "PROCESSING"), ("PROCESSING", "FAILED"),
-    ]  # fmt: skip
+        (None, "PROCESSING"),
+        ("PROCESSING", "FAILED"),
+        ("FAILED", "INIT"),
+        ("INIT", "PROCESSING"),
+        ("PROCESSING", "FAILED"),
+    ]
     first, second = body["instructions"]
     assert (first["attempt"], second["attempt"]) == (1, 2)
     first_log = [(t["from"], t["to"]) for t in first["transitions"]]

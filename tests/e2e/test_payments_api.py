@@ -17,11 +17,17 @@ async def test_a_new_payment_is_201_with_the_resource_of_api_md(
     body = resource(await client.post("/v1/payments", json=pay(), headers=merchant.auth), 201)
     assert body["id"].startswith("pay_")
     assert (body["biz_no"], body["order_no"], body["amount"], body["currency"]) == (
-        "PAY_ORD001", "ORD001", 19900, "CNY",
-    )  # fmt: skip
+        "PAY_ORD001",
+        "ORD001",
+        19900,
+        "CNY",
+    )
     assert (body["status"], body["attempt"], body["refunded_amount"], body["split_amount"]) == (
-        "SUCCESS", 1, 0, 0,
-    )  # fmt: skip
+        "SUCCESS",
+        1,
+        0,
+        0,
+    )
     [instruction] = body["instructions"]
     assert (instruction["status"], instruction["query_count"]) == ("SUCCESS", 0)
     assert [e["request_id"] for e in server.executions(body["id"])] == [instruction["request_id"]]
@@ -43,7 +49,7 @@ async def test_the_same_biz_no_with_another_amount_is_422_biz_no_reused_and_writ
     before = await snapshot(server, merchant)
     r = await client.post("/v1/payments", json=pay(amount=100), headers=merchant.auth)
     doc = problem(r, 422, "BIZ_NO_REUSED")
-    assert doc["errors"] == [{"field": "amount", "message": "differs from the existing payment"}]
+    assert doc["errors"] == [{"field": "amount", "message": "differs from the existing one"}]
     assert await snapshot(server, merchant) == before
 
 
@@ -113,8 +119,9 @@ async def test_list_filters_by_order_no_and_status(
 ) -> None:
     await client.post("/v1/payments", json=pay("A", order_no="O1"), headers=merchant.auth)
     await client.post("/v1/payments", json=pay("B", order_no="O2"), headers=merchant.auth)
-    await client.post("/v1/payments", json=pay("C", order_no="O2", channel="decline"),
-                      headers=merchant.auth)  # fmt: skip
+    await client.post(
+        "/v1/payments", json=pay("C", order_no="O2", channel="decline"), headers=merchant.auth
+    )
 
     async def biz_nos(**params: str) -> list[str]:
         r = await client.get("/v1/payments", params=params, headers=merchant.auth)
@@ -150,8 +157,11 @@ async def test_retry_with_a_new_amount_keeps_the_biz_no_and_succeeds(
     )
     body = resource(retried, 200)
     assert (body["biz_no"], body["amount"], body["status"], body["attempt"]) == (
-        "PAY_ORD001", 25000, "SUCCESS", 2,
-    )  # fmt: skip
+        "PAY_ORD001",
+        25000,
+        "SUCCESS",
+        2,
+    )
     [execution] = server.executions(body["id"])
     assert execution["amount"] == 25000
     ops = (await client.get(f"/v1/ops/payments/{body['id']}", headers=operator.auth)).json()

@@ -25,8 +25,9 @@ def refund(refund_no: Any = "RF_1", **changes: Any) -> dict[str, Any]:
 async def paid(
     client: httpx.AsyncClient, merchant: Principal, biz_no: str = "PAY_1", channel: str = "fast"
 ) -> dict[str, Any]:
-    r = await client.post("/v1/payments", json=pay(biz_no, amount=AMOUNT, channel=channel),
-                          headers=merchant.auth)  # fmt: skip
+    r = await client.post(
+        "/v1/payments", json=pay(biz_no, amount=AMOUNT, channel=channel), headers=merchant.auth
+    )
     body = resource(r, 201)
     assert body["status"] == "SUCCESS"
     return body
@@ -44,8 +45,11 @@ async def test_a_refund_of_a_paid_payment_is_201_success_and_moves_the_amount_to
     body = refund_answer(r, 201)
     assert body["id"].startswith("rfd_")
     assert (body["refund_no"], body["biz_no"], body["amount"], body["currency"]) == (
-        "RF_1", "PAY_1", 2500, "CNY",
-    )  # fmt: skip
+        "RF_1",
+        "PAY_1",
+        2500,
+        "CNY",
+    )
     assert (body["status"], body["reason"]) == ("SUCCESS", "damaged")
     [instruction] = body["instructions"]
     assert (instruction["status"], instruction["query_count"]) == ("SUCCESS", 0)
@@ -61,8 +65,9 @@ async def test_the_same_refund_again_is_200_replayed_and_never_calls_the_channel
     client: httpx.AsyncClient, merchant: Principal, server: Server
 ) -> None:
     payment = await paid(client, merchant)
-    first = refund_answer(await client.post("/v1/refunds", json=refund(), headers=merchant.auth),
-                          201)  # fmt: skip
+    first = refund_answer(
+        await client.post("/v1/refunds", json=refund(), headers=merchant.auth), 201
+    )
     again = await client.post("/v1/refunds", json=refund(), headers=merchant.auth)
     assert refund_answer(again, 200, replayed=True) == first
     assert len(refunds_at_channel(server, payment["id"])) == 1
@@ -140,18 +145,21 @@ async def test_get_of_an_unknown_or_another_merchants_refund_is_404_and_a_bad_re
         r = await client.get(f"/v1/refunds/{refund_no}", headers=merchant.auth)
         problem(r, 404, "NOT_FOUND")
     for bad in ("x" * 65, "has%20space"):
-        problem(await client.get(f"/v1/refunds/{bad}", headers=merchant.auth), 400,
-                "INVALID_REQUEST")  # fmt: skip
+        problem(
+            await client.get(f"/v1/refunds/{bad}", headers=merchant.auth), 400, "INVALID_REQUEST"
+        )
 
 
 async def test_a_refund_of_an_unpaid_payment_is_409_invalid_state_and_writes_nothing(
     client: httpx.AsyncClient, merchant: Principal, server: Server
 ) -> None:
-    unknown = await client.post("/v1/payments", json=pay("PAY_1", channel="halfopen"),
-                                headers=merchant.auth)  # fmt: skip
+    unknown = await client.post(
+        "/v1/payments", json=pay("PAY_1", channel="halfopen"), headers=merchant.auth
+    )
     assert resource(unknown, 202)["status"] == "UNKNOWN"
-    failed = await client.post("/v1/payments", json=pay("PAY_2", channel="decline"),
-                               headers=merchant.auth)  # fmt: skip
+    failed = await client.post(
+        "/v1/payments", json=pay("PAY_2", channel="decline"), headers=merchant.auth
+    )
     assert resource(failed, 201)["status"] == "FAILED"
     before = await money_snapshot(server, merchant)
     for biz_no in ("PAY_1", "PAY_2"):
@@ -176,14 +184,29 @@ async def test_a_refund_above_what_is_available_is_422_insufficient_balance_and_
 
 
 BAD_BODIES: list[dict[str, Any]] = [
-    refund(status="SUCCESS"), refund(currency="CNY"), refund(amount=25.0), refund(amount=25.5),
-    refund(amount="2500"), refund(amount=True), refund(amount=None), refund(amount=0),
-    refund(amount=-1), refund(amount=MAX_AMOUNT + 1), refund(amount=2**63), refund("has space"),
-    refund("x" * 65), refund(""), refund(5), refund(biz_no="a/b"), refund(reason="x" * 257),
-    refund(reason=42), refund(reason="nul\x00byte"),
-    {"biz_no": "PAY_1", "amount": 1}, {"refund_no": "RF_1", "amount": 1},
+    refund(status="SUCCESS"),
+    refund(currency="CNY"),
+    refund(amount=25.0),
+    refund(amount=25.5),
+    refund(amount="2500"),
+    refund(amount=True),
+    refund(amount=None),
+    refund(amount=0),
+    refund(amount=-1),
+    refund(amount=MAX_AMOUNT + 1),
+    refund(amount=2**63),
+    refund("has space"),
+    refund("x" * 65),
+    refund(""),
+    refund(5),
+    refund(biz_no="a/b"),
+    refund(reason="x" * 257),
+    refund(reason=42),
+    refund(reason="nul\x00byte"),
+    {"biz_no": "PAY_1", "amount": 1},
+    {"refund_no": "RF_1", "amount": 1},
     {"refund_no": "RF_1", "biz_no": "PAY_1"},
-]  # fmt: skip
+]
 BAD_RAW = [b'{"refund_no": "RF_1", "biz_no": "PAY_1", "amount": 1e3}', b"[]", b'{"refund_no":', b""]
 
 
@@ -243,10 +266,12 @@ async def test_ten_concurrent_refunds_of_30_percent_accept_exactly_three_and_nev
     client: httpx.AsyncClient, merchant: Principal, server: Server
 ) -> None:
     payment = await paid(client, merchant)
-    answers = await asyncio.gather(*(
-        client.post("/v1/refunds", json=refund(f"RF_{i}", amount=3000), headers=merchant.auth)
-        for i in range(10)
-    ))  # fmt: skip
+    answers = await asyncio.gather(
+        *(
+            client.post("/v1/refunds", json=refund(f"RF_{i}", amount=3000), headers=merchant.auth)
+            for i in range(10)
+        )
+    )
     accepted = [refund_answer(r, 201) for r in answers if r.status_code == 201]
     refused = [problem(r, 422, "INSUFFICIENT_BALANCE") for r in answers if r.status_code != 201]
     assert (len(accepted), len(refused)) == (3, 7)

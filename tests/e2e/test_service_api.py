@@ -25,13 +25,17 @@ async def test_every_response_carries_a_request_id_and_a_valid_one_is_echoed(
     assert mine.headers["x-request-id"] == "trace-42"
     bad = await client.get("/healthz", headers={"X-Request-Id": "no spaces allowed"})
     assert re.fullmatch(r"[0-9a-f]{32}", bad.headers["x-request-id"])
-    for r in (await client.get("/healthz"), await client.get("/v1/payments"),
-              await client.post("/v1/payments", content=b"{", headers=merchant.auth)):  # fmt: skip
+    for r in (
+        await client.get("/healthz"),
+        await client.get("/v1/payments"),
+        await client.post("/v1/payments", content=b"{", headers=merchant.auth),
+    ):
         assert r.headers["x-request-id"]
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/nope"), ("POST", "/v1/payment"),
-                                              ("GET", "/v1/payments/a/b/c")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/nope"), ("POST", "/v1/payment"), ("GET", "/v1/payments/a/b/c")]
+)
 async def test_an_unknown_route_is_a_404_problem_document(
     client: httpx.AsyncClient, method: str, path: str
 ) -> None:
@@ -58,8 +62,11 @@ async def test_metrics_count_requests_by_route_template_payments_and_duplicates(
     await client.post("/v1/payments", json=pay("M1"), headers=merchant.auth)
     await client.get("/v1/payments/M1", headers=merchant.auth)
     text = (await client.get("/metrics")).text
-    assert re.search(r'idempay_http_requests_total\{method="GET",route="/v1/payments/\{biz_no\}",'
-                     r'status="200"\} [1-9]', text)  # fmt: skip
+    assert re.search(
+        r'idempay_http_requests_total\{method="GET",route="/v1/payments/\{biz_no\}",'
+        r'status="200"\} [1-9]',
+        text,
+    )
     assert "/v1/payments/M1" not in text  # templates, not raw paths
     assert re.search(r'idempay_payments_total\{status="SUCCESS"\} [1-9]', text)
     assert re.search(r'idempay_duplicates_stopped_total\{layer="biz_no"\} [1-9]', text)
@@ -71,9 +78,14 @@ async def test_metrics_count_requests_by_route_template_payments_and_duplicates(
 async def test_openapi_documents_every_endpoint_and_bearer_auth(client: httpx.AsyncClient) -> None:
     doc = (await client.get("/openapi.json")).json()
     assert {
-        "/v1/payments", "/v1/payments/{biz_no}", "/v1/payments/{biz_no}/retry",
-        "/v1/payments/{biz_no}/close", "/v1/ops/payments/{payment_id}", "/healthz", "/metrics",
-    } <= set(doc["paths"])  # fmt: skip
+        "/v1/payments",
+        "/v1/payments/{biz_no}",
+        "/v1/payments/{biz_no}/retry",
+        "/v1/payments/{biz_no}/close",
+        "/v1/ops/payments/{payment_id}",
+        "/healthz",
+        "/metrics",
+    } <= set(doc["paths"])
     create = doc["paths"]["/v1/payments"]["post"]
     assert {"201", "200", "202", "400", "401", "409", "413", "415", "422"} <= set(
         create["responses"]

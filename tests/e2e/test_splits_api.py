@@ -36,8 +36,9 @@ def split(
 async def paid(
     client: httpx.AsyncClient, merchant: Principal, biz_no: str = "PAY_1", channel: str = "fast"
 ) -> dict[str, Any]:
-    r = await client.post("/v1/payments", json=pay(biz_no, amount=AMOUNT, channel=channel),
-                          headers=merchant.auth)  # fmt: skip
+    r = await client.post(
+        "/v1/payments", json=pay(biz_no, amount=AMOUNT, channel=channel), headers=merchant.auth
+    )
     body = resource(r, 201)
     assert body["status"] == "SUCCESS"
     return body
@@ -58,11 +59,17 @@ async def test_a_3_7_split_is_201_success_and_pays_each_receiver_once(
     body = split_answer(await client.post("/v1/splits", json=split(), headers=merchant.auth), 201)
     assert body["id"].startswith("spl_")
     assert (body["split_no"], body["biz_no"], body["amount"], body["currency"], body["status"]) == (
-        "SPL_1", "PAY_1", AMOUNT, "CNY", "SUCCESS",
-    )  # fmt: skip
+        "SPL_1",
+        "PAY_1",
+        AMOUNT,
+        "CNY",
+        "SUCCESS",
+    )
     assert shares(body) == [("distributor-7", 3000, "SUCCESS"), ("platform", 7000, "SUCCESS")]
-    executed = {(e["receiver_id"], e["amount"], e["request_id"])
-                for e in splits_at_channel(server, payment["id"])}  # fmt: skip
+    executed = {
+        (e["receiver_id"], e["amount"], e["request_id"])
+        for e in splits_at_channel(server, payment["id"])
+    }
     assert executed == {(i["receiver_id"], i["amount"], i["request_id"]) for i in body["items"]}
     assert len(splits_at_channel(server, payment["id"])) == 2
     got = resource(await client.get("/v1/payments/PAY_1", headers=merchant.auth), 200)
@@ -101,11 +108,13 @@ async def test_the_same_split_no_with_other_parameters_is_422_biz_no_reused_and_
 async def test_a_split_of_an_unpaid_payment_is_409_invalid_state_and_writes_nothing(
     client: httpx.AsyncClient, merchant: Principal, server: Server
 ) -> None:
-    unknown = await client.post("/v1/payments", json=pay("PAY_1", channel="halfopen"),
-                                headers=merchant.auth)  # fmt: skip
+    unknown = await client.post(
+        "/v1/payments", json=pay("PAY_1", channel="halfopen"), headers=merchant.auth
+    )
     assert resource(unknown, 202)["status"] == "UNKNOWN"  # half-open: charged, answer lost
-    failed = await client.post("/v1/payments", json=pay("PAY_2", channel="decline"),
-                               headers=merchant.auth)  # fmt: skip
+    failed = await client.post(
+        "/v1/payments", json=pay("PAY_2", channel="decline"), headers=merchant.auth
+    )
     assert resource(failed, 201)["status"] == "FAILED"
     before = await money_snapshot(server, merchant)
     for biz_no in ("PAY_1", "PAY_2"):
@@ -118,17 +127,22 @@ async def test_a_split_above_what_is_available_is_422_insufficient_balance_and_w
     client: httpx.AsyncClient, merchant: Principal, server: Server
 ) -> None:
     await paid(client, merchant)
-    refunded = await client.post("/v1/refunds", json={"refund_no": "RF_1", "biz_no": "PAY_1",
-                                 "amount": 4000}, headers=merchant.auth)  # fmt: skip
+    refunded = await client.post(
+        "/v1/refunds",
+        json={"refund_no": "RF_1", "biz_no": "PAY_1", "amount": 4000},
+        headers=merchant.auth,
+    )
     assert refunded.status_code == 201, refunded.text
     before = await money_snapshot(server, merchant)
     headers = {**merchant.auth, "Idempotency-Key": "k-over"}
     over = split(shares=(("a", 3000), ("b", 3001)))
-    problem(await client.post("/v1/splits", json=over, headers=headers), 422,
-            "INSUFFICIENT_BALANCE")  # fmt: skip
+    problem(
+        await client.post("/v1/splits", json=over, headers=headers), 422, "INSUFFICIENT_BALANCE"
+    )
     assert await money_snapshot(server, merchant) == before
-    rest = await client.post("/v1/splits", json=split(shares=(("a", 3000), ("b", 3000))),
-                             headers=headers)  # fmt: skip
+    rest = await client.post(
+        "/v1/splits", json=split(shares=(("a", 3000), ("b", 3000))), headers=headers
+    )
     assert split_answer(rest, 201)["status"] == "SUCCESS"  # exactly what is left is allowed
     assert await server.db.balances(merchant.id) == [("PAY_1", 4000, 6000, 0)]
 
@@ -140,14 +154,16 @@ async def test_unknown_or_another_merchants_payments_and_splits_are_404_and_writ
     split_answer(await client.post("/v1/splits", json=split(), headers=other_merchant.auth), 201)
     before = (await money_snapshot(server, merchant), await money_snapshot(server, other_merchant))
     for biz_no in ("PAY_1", "PAY_NOPE"):
-        r = await client.post("/v1/splits", json=split("SPL_2", biz_no=biz_no),
-                              headers=merchant.auth)  # fmt: skip
+        r = await client.post(
+            "/v1/splits", json=split("SPL_2", biz_no=biz_no), headers=merchant.auth
+        )
         problem(r, 404, "NOT_FOUND")
     for split_no in ("SPL_1", "SPL_NOPE"):
         r = await client.get(f"/v1/splits/{split_no}", headers=merchant.auth)
         problem(r, 404, "NOT_FOUND")
-    problem(await client.get("/v1/splits/has%20space", headers=merchant.auth), 400,
-            "INVALID_REQUEST")  # fmt: skip
+    problem(
+        await client.get("/v1/splits/has%20space", headers=merchant.auth), 400, "INVALID_REQUEST"
+    )
     after = (await money_snapshot(server, merchant), await money_snapshot(server, other_merchant))
     assert after == before
 
@@ -157,16 +173,30 @@ def _receivers(*entries: Any) -> dict[str, Any]:
 
 
 BAD_BODIES: list[dict[str, Any]] = [
-    split(shares=()), split(shares=tuple((f"r{i}", 1) for i in range(51))),
-    split(shares=(("a", 1), ("a", 2))), split(shares=(("a", 0),)), split(shares=(("a", -1),)),
-    split(shares=(("a", 1.5),)), split(shares=(("a", "5"),)), split(shares=(("a", True),)),
-    split(shares=(("a", MAX_AMOUNT + 1),)), split(shares=(("bad id", 1),)),
-    split(shares=(("x" * 65, 1),)), split(shares=(("a", MAX_AMOUNT), ("b", MAX_AMOUNT))),
-    _receivers({"receiver_id": "a", "amount": 1, "note": "x"}), _receivers({"receiver_id": "a"}),
-    _receivers({"amount": 1}), _receivers("a"), split(receivers={"receiver_id": "a", "amount": 1}),
-    split(status="SUCCESS"), split(amount=AMOUNT), split("has space"), split(biz_no="a/b"),
-    {"split_no": "SPL_1", "biz_no": "PAY_1"}, {"biz_no": "PAY_1", "receivers": []},
-]  # fmt: skip
+    split(shares=()),
+    split(shares=tuple((f"r{i}", 1) for i in range(51))),
+    split(shares=(("a", 1), ("a", 2))),
+    split(shares=(("a", 0),)),
+    split(shares=(("a", -1),)),
+    split(shares=(("a", 1.5),)),
+    split(shares=(("a", "5"),)),
+    split(shares=(("a", True),)),
+    split(shares=(("a", MAX_AMOUNT + 1),)),
+    split(shares=(("bad id", 1),)),
+    split(shares=(("x" * 65, 1),)),
+    split(shares=(("a", MAX_AMOUNT), ("b", MAX_AMOUNT))),
+    _receivers({"receiver_id": "a", "amount": 1, "note": "x"}),
+    _receivers({"receiver_id": "a"}),
+    _receivers({"amount": 1}),
+    _receivers("a"),
+    split(receivers={"receiver_id": "a", "amount": 1}),
+    split(status="SUCCESS"),
+    split(amount=AMOUNT),
+    split("has space"),
+    split(biz_no="a/b"),
+    {"split_no": "SPL_1", "biz_no": "PAY_1"},
+    {"biz_no": "PAY_1", "receivers": []},
+]
 
 
 async def test_invalid_split_requests_are_400_413_or_415_and_write_nothing(
@@ -262,8 +292,14 @@ def test_the_worked_3_7_split_of_docs_refunds_and_splits_md_runs_as_printed(serv
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     script = match.group(1).replace("http://127.0.0.1:8000", server.url)
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True,
-                         text=True, timeout=60, check=False)  # fmt: skip
+    run = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     payment, split_, after, refused = (json.loads(line) for line in run.stdout.splitlines())
     assert (payment["status"], payment["amount"], split_["status"]) == (

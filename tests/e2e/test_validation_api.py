@@ -19,19 +19,42 @@ VALID = b'{"biz_no": "P1", "order_no": "O1", "amount": 19900, "currency": "CNY",
 @pytest.mark.parametrize(
     "changes",
     [
-        {"amount": 1.0}, {"amount": 199.5}, {"amount": "100"}, {"amount": True}, {"amount": None},
-        {"amount": 0}, {"amount": -5}, {"amount": MAX_AMOUNT + 1}, {"amount": 2**63},
-        {"amount": 2**70}, {"currency": "XXX"}, {"currency": "cny"}, {"currency": ""},
-        {"currency": 156}, {"biz_no": "x" * 65}, {"biz_no": "has space"}, {"biz_no": "ünï"},
-        {"biz_no": ""}, {"biz_no": "a/b"}, {"biz_no": "a\n"}, {"order_no": "x" * 65},
-        {"order_no": "semi;colon"}, {"channel": "nope"}, {"channel": ""},
-        {"status": "SUCCESS"}, {"merchant_id": "mch_other"}, {"id": "pay_mine"},
-        {"attempt": 2}, {"refunded_amount": 0}, {"description": "nul\x00byte"},
-        {"description": "x" * 257}, {"notify_url": "ftp://example.invalid/x"},
+        {"amount": 1.0},
+        {"amount": 199.5},
+        {"amount": "100"},
+        {"amount": True},
+        {"amount": None},
+        {"amount": 0},
+        {"amount": -5},
+        {"amount": MAX_AMOUNT + 1},
+        {"amount": 2**63},
+        {"amount": 2**70},
+        {"currency": "XXX"},
+        {"currency": "cny"},
+        {"currency": ""},
+        {"currency": 156},
+        {"biz_no": "x" * 65},
+        {"biz_no": "has space"},
+        {"biz_no": "ünï"},
+        {"biz_no": ""},
+        {"biz_no": "a/b"},
+        {"biz_no": "a\n"},
+        {"order_no": "x" * 65},
+        {"order_no": "semi;colon"},
+        {"channel": "nope"},
+        {"channel": ""},
+        {"status": "SUCCESS"},
+        {"merchant_id": "mch_other"},
+        {"id": "pay_mine"},
+        {"attempt": 2},
+        {"refunded_amount": 0},
+        {"description": "nul\x00byte"},
+        {"description": "x" * 257},
+        {"notify_url": "ftp://example.invalid/x"},
         {"notify_url": 42},
     ],
     ids=lambda c: "-".join(f"{k}={str(v)[:12]!r}" for k, v in c.items()),
-)  # fmt: skip
+)
 async def test_an_invalid_field_is_400_invalid_request_and_writes_nothing(
     client: httpx.AsyncClient, merchant: Principal, server: Server, changes: dict[str, Any]
 ) -> None:
@@ -52,8 +75,9 @@ async def test_a_missing_required_field_is_400(
     body = pay()
     del body[missing]
     before = await snapshot(server, merchant)
-    doc = problem(await client.post("/v1/payments", json=body, headers=merchant.auth), 400,
-                  "INVALID_REQUEST")  # fmt: skip
+    doc = problem(
+        await client.post("/v1/payments", json=body, headers=merchant.auth), 400, "INVALID_REQUEST"
+    )
     assert [e["field"] for e in doc["errors"]] == [missing]
     assert await snapshot(server, merchant) == before
 
@@ -67,11 +91,32 @@ async def test_a_missing_required_field_is_400(
         VALID.replace(b"19900", b"Infinity"),
         VALID.replace(b"19900", b"1" + b"0" * 5000),
         VALID.replace(b'"fast"', b'"fast", "description": "\\ud800"'),
-        b'{"biz_no": "P1",', b"", b"   ", b"[]", b'"text"', b"null", b"\xff\xfe{}", b"[" * 20000,
+        b'{"biz_no": "P1",',
+        b"",
+        b"   ",
+        b"[]",
+        b'"text"',
+        b"null",
+        b"\xff\xfe{}",
+        b"[" * 20000,
     ],
-    ids=["exponent", "fraction", "nan", "infinity", "huge-literal", "lone-surrogate", "truncated",
-         "empty", "blank", "array", "string", "null", "not-utf8", "deep-nesting"],
-)  # fmt: skip
+    ids=[
+        "exponent",
+        "fraction",
+        "nan",
+        "infinity",
+        "huge-literal",
+        "lone-surrogate",
+        "truncated",
+        "empty",
+        "blank",
+        "array",
+        "string",
+        "null",
+        "not-utf8",
+        "deep-nesting",
+    ],
+)
 async def test_malformed_or_non_object_json_is_400_and_writes_nothing(
     client: httpx.AsyncClient, merchant: Principal, server: Server, raw: bytes
 ) -> None:
@@ -89,8 +134,9 @@ async def test_a_body_that_is_not_application_json_is_415(
 ) -> None:
     before = await snapshot(server, merchant)
     headers = {**merchant.auth, **({"Content-Type": content_type} if content_type else {})}
-    r = await client.post("/v1/payments", content=httpx.Response(200, json=pay()).content,
-                          headers=headers)  # fmt: skip
+    r = await client.post(
+        "/v1/payments", content=httpx.Response(200, json=pay()).content, headers=headers
+    )
     problem(r, 415, "UNSUPPORTED_MEDIA_TYPE")
     assert await snapshot(server, merchant) == before
 
@@ -111,8 +157,9 @@ async def test_a_body_over_64_kib_is_413_by_its_declared_length(
 ) -> None:
     before = await snapshot(server, merchant)
     big = pay(description="x" * (64 * 1024))
-    problem(await client.post("/v1/payments", json=big, headers=merchant.auth), 413,
-            "PAYLOAD_TOO_LARGE")  # fmt: skip
+    problem(
+        await client.post("/v1/payments", json=big, headers=merchant.auth), 413, "PAYLOAD_TOO_LARGE"
+    )
     assert await snapshot(server, merchant) == before
 
 
@@ -156,14 +203,25 @@ async def test_an_illegal_idempotency_key_is_400_and_writes_nothing(
 
 @pytest.mark.parametrize(
     "query",
-    ["limit=0", "limit=101", "limit=abc", "limit=1.5", "limit=", "status=PAID",
-     "status=success", "cursor=not-a-cursor", "cursor=cDE6Li4v", "order_no=bad%20id"],
-)  # fmt: skip
+    [
+        "limit=0",
+        "limit=101",
+        "limit=abc",
+        "limit=1.5",
+        "limit=",
+        "status=PAID",
+        "status=success",
+        "cursor=not-a-cursor",
+        "cursor=cDE6Li4v",
+        "order_no=bad%20id",
+    ],
+)
 async def test_bad_list_parameters_are_400(
     client: httpx.AsyncClient, merchant: Principal, query: str
 ) -> None:
-    problem(await client.get(f"/v1/payments?{query}", headers=merchant.auth), 400,
-            "INVALID_REQUEST")  # fmt: skip
+    problem(
+        await client.get(f"/v1/payments?{query}", headers=merchant.auth), 400, "INVALID_REQUEST"
+    )
 
 
 @pytest.mark.parametrize("biz_no", ["x" * 65, "has%20space", "%C3%BC"])
@@ -194,8 +252,9 @@ async def test_a_bad_retry_body_is_400_and_changes_nothing(
 
 async def test_close_accepts_no_field(client: httpx.AsyncClient, merchant: Principal) -> None:
     await client.post("/v1/payments", json=pay(channel="decline"), headers=merchant.auth)
-    r = await client.post("/v1/payments/PAY_ORD001/close", json={"status": "CLOSED"},
-                          headers=merchant.auth)  # fmt: skip
+    r = await client.post(
+        "/v1/payments/PAY_ORD001/close", json={"status": "CLOSED"}, headers=merchant.auth
+    )
     problem(r, 400, "INVALID_REQUEST")
     got = (await client.get("/v1/payments/PAY_ORD001", headers=merchant.auth)).json()
     assert got["status"] == "FAILED"

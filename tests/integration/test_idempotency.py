@@ -44,8 +44,9 @@ async def count(container: Container, table: t.Table) -> int:
 
 
 def cmd(biz_no: str = "PAY_1", amount: int = 100) -> ChargeCommand:
-    return ChargeCommand(biz_no=biz_no, order_no="ORD1", amount=amount, currency="CNY",
-                         channel="scripted")  # fmt: skip
+    return ChargeCommand(
+        biz_no=biz_no, order_no="ORD1", amount=amount, currency="CNY", channel="scripted"
+    )
 
 
 def req(merchant: str, key: str = "k1", fingerprint: str = "f" * 64) -> KeyedRequest:

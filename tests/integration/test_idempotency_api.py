@@ -21,8 +21,13 @@ from idempay.services.payments import ChargeCommand
 
 TTL_S = 600
 IN_FLIGHT_S = 2.0 + bootstrap.IN_FLIGHT_MARGIN_S
-BODY = {"biz_no": "PAY_1", "order_no": "ORD1", "amount": 100, "currency": "CNY",
-        "channel": "scripted"}  # fmt: skip
+BODY = {
+    "biz_no": "PAY_1",
+    "order_no": "ORD1",
+    "amount": 100,
+    "currency": "CNY",
+    "channel": "scripted",
+}
 
 
 @pytest.fixture
@@ -100,9 +105,12 @@ async def test_a_dead_requests_key_is_409_until_deadline_and_margin_then_the_pay
 
 
 async def test_a_dead_requests_key_answers_202_while_its_payment_is_still_open(
-    api: httpx.AsyncClient, key: str, container: Container, clock: ManualClock,
+    api: httpx.AsyncClient,
+    key: str,
+    container: Container,
+    clock: ManualClock,
     channel: ScriptedChannel,
-) -> None:  # fmt: skip
+) -> None:
     channel.plan(Behavior.HALF_OPEN)
     await _die_after_transaction_a(container, key, BODY)
     clock.advance(IN_FLIGHT_S + 0.1)

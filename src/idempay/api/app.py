@@ -114,18 +114,22 @@ async def on_domain_error(request: Request, exc: Exception) -> Response:
     elif isinstance(exc, RequestInProgress):
         headers = {"Retry-After": "1"}
     detail = exc.detail or HTTPStatus(status).phrase
-    return problem(status, exc.code, detail, request_id=_request_id(request), errors=errors,
-                   headers=headers)  # fmt: skip
+    return problem(
+        status, exc.code, detail, request_id=_request_id(request), errors=errors, headers=headers
+    )
 
 
 async def on_validation_error(request: Request, exc: Exception) -> Response:
     """FastAPI's validation errors (query, path, header, body): 400, never 422."""
     assert isinstance(exc, RequestValidationError)
     errors = [
-        {"field": ".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]),
-         "in": str(e["loc"][0]), "message": str(e["msg"])}
+        {
+            "field": ".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]),
+            "in": str(e["loc"][0]),
+            "message": str(e["msg"]),
+        }
         for e in exc.errors()
-    ]  # fmt: skip
+    ]
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
     return problem(400, InvalidRequest.code, detail, request_id=_request_id(request), errors=errors)
 
@@ -137,13 +141,15 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
     if status == 404:
         detail = f"no route {request.method} {request.url.path}"
-    return problem(status, code, detail, request_id=_request_id(request),
-                   headers=dict(exc.headers or {}))  # fmt: skip
+    return problem(
+        status, code, detail, request_id=_request_id(request), headers=dict(exc.headers or {})
+    )
 
 
 def internal_error(request_id: str | None) -> Response:
-    return problem(500, "INTERNAL", "an internal error occurred; it has been logged",
-                   request_id=request_id)  # fmt: skip
+    return problem(
+        500, "INTERNAL", "an internal error occurred; it has been logged", request_id=request_id
+    )
 
 
 def create_app(container: Container, *, routers: Sequence[APIRouter] = ()) -> FastAPI:

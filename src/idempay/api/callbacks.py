@@ -24,9 +24,11 @@ router = APIRouter(tags=["channels"])
     "/v1/channels/{channel}/notify",
     dependencies=[only_query()],
     response_model=None,
-    responses={200: {"description": "Acknowledged, in the channel's own format"},
-               **problems(400, 401, 404, 413)},
-)  # fmt: skip
+    responses={
+        200: {"description": "Acknowledged, in the channel's own format"},
+        **problems(400, 401, 404, 413),
+    },
+)
 async def notify(
     request: Request,
     c: ContainerDep,

@@ -68,8 +68,13 @@ class RequestContext:
             elapsed = time.perf_counter() - t0
             route = _route_label(scope, status)
             self.metrics.request(scope["method"], route, status, elapsed)
-            log.info("http.request", method=scope["method"], route=route, status=status,
-                     duration_ms=round(elapsed * 1000, 2))  # fmt: skip
+            log.info(
+                "http.request",
+                method=scope["method"],
+                route=route,
+                status=status,
+                duration_ms=round(elapsed * 1000, 2),
+            )
 
 
 def _route_label(scope: Scope, status: int) -> str:

@@ -17,9 +17,14 @@ from idempay.domain.money import MAX_MINOR
 
 RESOURCES: dict[str, type[BaseModel]] = {
     m.__name__: m
-    for m in (schemas.Payment, schemas.PaymentList, schemas.OpsPayment, schemas.Problem,
-              schemas.Health)
-}  # fmt: skip
+    for m in (
+        schemas.Payment,
+        schemas.PaymentList,
+        schemas.OpsPayment,
+        schemas.Problem,
+        schemas.Health,
+    )
+}
 
 
 def register(*models: type[BaseModel]) -> None:
@@ -30,8 +35,9 @@ def register(*models: type[BaseModel]) -> None:
 def install(app: FastAPI, container: Container) -> None:
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, summary=app.summary,
-                              routes=app.routes)  # fmt: skip
+            doc = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
             _add_components(doc)
             _drop_framework_422(doc)
             _limit(doc, container.settings.max_amount, sorted(container.channels))

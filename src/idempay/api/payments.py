@@ -25,10 +25,11 @@ from idempay.api.schemas import (
     ok,
     payment_json,
     problems,
+    write_status,
 )
 from idempay.bootstrap import Container
 from idempay.domain.errors import InvalidRequest, InvalidState
-from idempay.domain.model import ChargeResult, PaymentView
+from idempay.domain.model import ChargeResult
 from idempay.domain.states import PaymentStatus
 from idempay.services.idempotency import KeyTaken
 from idempay.services.payments import ChargeCommand
@@ -42,13 +43,6 @@ CURSOR_PREFIX = "p1:"
 WRITE = problems(400, 401, 403, 404, 409, 413, 415, 422)
 
 
-def _status(view: PaymentView, *, created: bool) -> int:
-    """202 while in flight (poll GET); else 201 when this call created it, 200 when it existed."""
-    if view.payment.status in IN_FLIGHT:
-        return 202
-    return 201 if created else 200
-
-
 def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -60,7 +54,9 @@ def _guard(
     async def current(payment_id: str) -> tuple[int, bytes]:
         """The answer for a keyed request that died: the payment as it is now."""
         view = await c.payments.get_by_id(merchant_id, payment_id)
-        return _status(view, created=False), dumps(payment_json(view))
+        return write_status(view.payment.status in IN_FLIGHT, created=False), dumps(
+            payment_json(view)
+        )
 
     return KeyGuard(c.idempotency, _metrics(request), merchant_id, key, request, body, current)
 
@@ -90,8 +86,9 @@ async def create_payment(
 ) -> Response:
     """Create, or return, the payment for (merchant, biz_no). 201 created and terminal, 200
     terminal and already there, 202 PROCESSING or UNKNOWN. A repeat never calls the channel."""
-    body = await parse_body(request, ChargeRequest, max_bytes=c.settings.max_body_bytes,
-                            required=True)  # fmt: skip
+    body = await parse_body(
+        request, ChargeRequest, max_bytes=c.settings.max_body_bytes, required=True
+    )
     assert body.value is not None
     structlog.contextvars.bind_contextvars(biz_no=body.value.biz_no)
     guard = _guard(request, c, merchant.id, key, body.canonical)
@@ -103,7 +100,13 @@ async def create_payment(
         result = await c.payments.charge(merchant.id, cmd, on_create=guard.hook)
     except KeyTaken as e:
         return await guard.lost_race(e)
-    return await _answer(request, guard, result, _status(result.view, created=result.created), t0)
+    return await _answer(
+        request,
+        guard,
+        result,
+        write_status(result.view.payment.status in IN_FLIGHT, created=result.created),
+        t0,
+    )
 
 
 @router.get(
@@ -162,8 +165,9 @@ async def retry_payment(
 ) -> Response:
     """Only from FAILED: a new attempt with a new request_id, optionally with a new amount (the
     change is recorded in the payment's transition log); otherwise 409 INVALID_STATE."""
-    body = await parse_body(request, RetryRequest, max_bytes=c.settings.max_body_bytes,
-                            required=False)  # fmt: skip
+    body = await parse_body(
+        request, RetryRequest, max_bytes=c.settings.max_body_bytes, required=False
+    )
     structlog.contextvars.bind_contextvars(biz_no=biz_no)
     amount = body.value.amount if body.value is not None else None
     guard = _guard(request, c, merchant.id, key, body.canonical)
@@ -174,7 +178,13 @@ async def retry_payment(
         result = await c.payments.retry(merchant.id, biz_no, amount, on_start=guard.hook)
     except (KeyTaken, InvalidState) as e:
         return await guard.lost_race(e)
-    return await _answer(request, guard, result, _status(result.view, created=False), t0)
+    return await _answer(
+        request,
+        guard,
+        result,
+        write_status(result.view.payment.status in IN_FLIGHT, created=False),
+        t0,
+    )
 
 
 @router.post(
@@ -192,8 +202,9 @@ async def close_payment(
     key: IdempotencyKey = None,
 ) -> Response:
     """Only from INIT or FAILED; otherwise 409 INVALID_STATE."""
-    body = await parse_body(request, CloseRequest, max_bytes=c.settings.max_body_bytes,
-                            required=False)  # fmt: skip
+    body = await parse_body(
+        request, CloseRequest, max_bytes=c.settings.max_body_bytes, required=False
+    )
     structlog.contextvars.bind_contextvars(biz_no=biz_no)
     guard = _guard(request, c, merchant.id, key, body.canonical)
     if (early := await guard.prior()) is not None:

@@ -17,8 +17,14 @@ def only_query(*allowed: str) -> Any:
         unknown = sorted(set(request.query_params) - known)
         if unknown:
             raise RequestValidationError(
-                [{"loc": ("query", n), "msg": "unknown query parameter", "type": "extra_forbidden"}
-                 for n in unknown]
-            )  # fmt: skip
+                [
+                    {
+                        "loc": ("query", n),
+                        "msg": "unknown query parameter",
+                        "type": "extra_forbidden",
+                    }
+                    for n in unknown
+                ]
+            )
 
     return Depends(check)

@@ -4,8 +4,7 @@ schemas; answers and statuses like a payment's, Idempotency-Key included."""
 from __future__ import annotations
 
 from datetime import datetime
-from http import HTTPStatus
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import structlog
 from fastapi import APIRouter, Path, Request, Response
@@ -23,15 +22,16 @@ from idempay.api.schemas import (
     Identifier,
     Instruction,
     StrictBody,
+    answers,
     dumps,
     problems,
     rfc3339,
+    write_status,
 )
 from idempay.domain import model as domain
-from idempay.domain.ports import Tx
 from idempay.domain.states import PaymentStatus
 from idempay.services.idempotency import KeyTaken
-from idempay.services.refunds import OnRefund, RefundCommand
+from idempay.services.refunds import RefundCommand
 
 router = APIRouter(prefix="/v1/refunds", tags=["refunds"])
 
@@ -83,37 +83,13 @@ def refund_json(view: domain.RefundView) -> dict[str, Any]:
     }
 
 
-def _answers(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` entries answering `model` as application/json."""
-    return {s: {"description": HTTPStatus(s).phrase, "model": model} for s in statuses}
-
-
-def _status(view: domain.RefundView, *, created: bool) -> int:
-    """202 while in flight (poll GET); else 201 when this call created it, 200 when it existed."""
-    if view.refund.status in IN_FLIGHT:
-        return 202
-    return 201 if created else 200
-
-
-def _claim(guard: KeyGuard) -> OnRefund | None:
-    """The Idempotency-Key claim, written in the refund's creating transaction."""
-    claim = guard.hook
-    if claim is None:
-        return None
-
-    async def on_create(tx: Tx, refund: domain.Refund) -> None:
-        await claim(tx, cast(domain.Payment, refund))  # the claim reads only the resource's id
-
-    return on_create
-
-
 @router.post(
     "",
     dependencies=[only_query()],
     response_model=None,
     status_code=201,
     openapi_extra=body_doc(RefundRequest, required=True),
-    responses={**_answers(Refund, 201, 200, 202), **WRITE},
+    responses={**answers(Refund, 201, 200, 202), **WRITE},
 )
 async def create_refund(
     request: Request, c: ContainerDep, merchant: MerchantDep, key: IdempotencyKey = None
@@ -121,8 +97,9 @@ async def create_refund(
     """Create, or return, the refund for (merchant, refund_no) of a SUCCESS payment: 201 created
     and terminal, 200 terminal and already there, 202 PROCESSING or UNKNOWN. The refunds and
     splits of a payment never exceed its amount (422 INSUFFICIENT_BALANCE)."""
-    body = await parse_body(request, RefundRequest, max_bytes=c.settings.max_body_bytes,
-                            required=True)  # fmt: skip
+    body = await parse_body(
+        request, RefundRequest, max_bytes=c.settings.max_body_bytes, required=True
+    )
     assert body.value is not None
     cmd = RefundCommand(**body.value.model_dump())
     structlog.contextvars.bind_contextvars(refund_no=cmd.refund_no, biz_no=cmd.biz_no)
@@ -131,16 +108,18 @@ async def create_refund(
     async def current(_refund_id: str) -> tuple[int, bytes]:
         """The answer for a keyed request that died: the refund as it is now."""
         view = await c.refunds.get(merchant.id, cmd.refund_no)
-        return _status(view, created=False), dumps(refund_json(view))
+        return write_status(view.refund.status in IN_FLIGHT, created=False), dumps(
+            refund_json(view)
+        )
 
     guard = KeyGuard(c.idempotency, metrics, merchant.id, key, request, body.canonical, current)
     if (early := await guard.prior()) is not None:
         return early
     try:
-        result = await c.refunds.create(merchant.id, cmd, on_create=_claim(guard))
+        result = await c.refunds.create(merchant.id, cmd, on_create=guard.hook)
     except KeyTaken as e:
         return await guard.lost_race(e)
-    status = _status(result.view, created=result.created)
+    status = write_status(result.view.refund.status in IN_FLIGHT, created=result.created)
     out = dumps(refund_json(result.view))
     await guard.answered(status, out, resource_id=result.view.refund.id, created=result.created)
     if result.replayed:
@@ -152,7 +131,7 @@ async def create_refund(
     "/{refund_no}",
     dependencies=[only_query()],
     response_model=None,
-    responses={**_answers(Refund, 200), **problems(400, 401, 403, 404)},
+    responses={**answers(Refund, 200), **problems(400, 401, 403, 404)},
 )
 async def get_refund(c: ContainerDep, merchant: MerchantDep, refund_no: RefundNo) -> Response:
     """The refund resource (another merchant's refund is 404)."""

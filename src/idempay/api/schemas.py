@@ -223,3 +223,15 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     ref = {"$ref": "#/components/schemas/Problem"}
     content = {"application/problem+json": {"schema": ref}}
     return {s: {"description": HTTPStatus(s).phrase, "content": content} for s in statuses}
+
+
+def answers(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries answering the pydantic `model` as application/json."""
+    return {s: {"description": HTTPStatus(s).phrase, "model": model} for s in statuses}
+
+
+def write_status(in_flight: bool, *, created: bool) -> int:
+    """202 while in flight (poll GET); else 201 when this call created it, 200 when it existed."""
+    if in_flight:
+        return 202
+    return 201 if created else 200

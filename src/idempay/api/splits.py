@@ -4,8 +4,7 @@ resource schemas; answers and statuses like a payment's, Idempotency-Key include
 from __future__ import annotations
 
 from datetime import datetime
-from http import HTTPStatus
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import structlog
 from fastapi import APIRouter, Path, Request, Response
@@ -16,12 +15,21 @@ from idempay.api.body import DOCUMENTED, body_doc, parse_body
 from idempay.api.idempotency import IdempotencyKey, KeyGuard, json_response
 from idempay.api.metrics import Metrics
 from idempay.api.query import only_query
-from idempay.api.schemas import ID_PATTERN, Amount, Identifier, StrictBody, dumps, problems, rfc3339
+from idempay.api.schemas import (
+    ID_PATTERN,
+    Amount,
+    Identifier,
+    StrictBody,
+    answers,
+    dumps,
+    problems,
+    rfc3339,
+    write_status,
+)
 from idempay.domain import model as domain
-from idempay.domain.ports import Tx
 from idempay.domain.states import SplitItemStatus, SplitStatus
 from idempay.services.idempotency import KeyTaken
-from idempay.services.splits import MAX_RECEIVERS, OnSplit, Receiver, SplitCommand
+from idempay.services.splits import MAX_RECEIVERS, Receiver, SplitCommand
 
 router = APIRouter(prefix="/v1/splits", tags=["splits"])
 
@@ -105,37 +113,13 @@ def split_json(view: domain.SplitView) -> dict[str, Any]:
     }
 
 
-def _answers(model: type[BaseModel], *statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` entries answering `model` as application/json."""
-    return {s: {"description": HTTPStatus(s).phrase, "model": model} for s in statuses}
-
-
-def _status(view: domain.SplitView, *, created: bool) -> int:
-    """202 while in flight (poll GET); else 201 when this call created it, 200 when it existed."""
-    if view.split.status in IN_FLIGHT:
-        return 202
-    return 201 if created else 200
-
-
-def _claim(guard: KeyGuard) -> OnSplit | None:
-    """The Idempotency-Key claim, written in the split's creating transaction."""
-    claim = guard.hook
-    if claim is None:
-        return None
-
-    async def on_create(tx: Tx, split: domain.Split) -> None:
-        await claim(tx, cast(domain.Payment, split))  # the claim reads only the resource's id
-
-    return on_create
-
-
 @router.post(
     "",
     dependencies=[only_query()],
     response_model=None,
     status_code=201,
     openapi_extra=body_doc(SplitRequest, required=True),
-    responses={**_answers(Split, 201, 200, 202), **WRITE},
+    responses={**answers(Split, 201, 200, 202), **WRITE},
 )
 async def create_split(
     request: Request, c: ContainerDep, merchant: MerchantDep, key: IdempotencyKey = None
@@ -143,8 +127,9 @@ async def create_split(
     """Create, or return, the split for (merchant, split_no) of a SUCCESS payment and execute
     it once: 201 created and terminal, 200 terminal and already there, 202 PENDING or
     PROCESSING. Splits and refunds of a payment never exceed it (422 INSUFFICIENT_BALANCE)."""
-    body = await parse_body(request, SplitRequest, max_bytes=c.settings.max_body_bytes,
-                            required=True)  # fmt: skip
+    body = await parse_body(
+        request, SplitRequest, max_bytes=c.settings.max_body_bytes, required=True
+    )
     assert body.value is not None
     v = body.value
     receivers = tuple(Receiver(r.receiver_id, r.amount) for r in v.receivers)
@@ -156,16 +141,16 @@ async def create_split(
         """The answer for a keyed request that died: the split as it is now, started first if
         its creator died before it could (a replay of the same split does that)."""
         view = (await c.splits.create(merchant.id, cmd)).view
-        return _status(view, created=False), dumps(split_json(view))
+        return write_status(view.split.status in IN_FLIGHT, created=False), dumps(split_json(view))
 
     guard = KeyGuard(c.idempotency, metrics, merchant.id, key, request, body.canonical, current)
     if (early := await guard.prior()) is not None:
         return early
     try:
-        result = await c.splits.create(merchant.id, cmd, on_create=_claim(guard))
+        result = await c.splits.create(merchant.id, cmd, on_create=guard.hook)
     except KeyTaken as e:
         return await guard.lost_race(e)
-    status = _status(result.view, created=result.created)
+    status = write_status(result.view.split.status in IN_FLIGHT, created=result.created)
     out = dumps(split_json(result.view))
     await guard.answered(status, out, resource_id=result.view.split.id, created=result.created)
     if result.replayed:
@@ -177,7 +162,7 @@ async def create_split(
     "/{split_no}",
     dependencies=[only_query()],
     response_model=None,
-    responses={**_answers(Split, 200), **problems(400, 401, 403, 404)},
+    responses={**answers(Split, 200), **problems(400, 401, 403, 404)},
 )
 async def get_split(c: ContainerDep, merchant: MerchantDep, split_no: SplitNo) -> Response:
     """The split resource with its items (another merchant's split is 404)."""
