@@ -147,10 +147,13 @@ async def test_signed_callbacks_apply_once_and_forged_ones_are_refused(procs: Pr
 
 async def test_an_operator_works_the_review_queue(procs: Procs) -> None:
     sim = Simbank(procs, "simbank")
-    sim.faults(drop_response_rate=1)
+    sim.faults(drop_response_rate=1, callback_loss_rate=1)  # charged; nobody will say so
     idem = Idempay(procs, sim, IDEMPAY_MAX_QUERIES="1")
     idem.start_serve()
     assert pay(idem).json()["status"] == "UNKNOWN"
+    gauges = httpx.get(f"{idem.url}/metrics", timeout=10).text
+    assert 'idempay_unresolved_instructions{age="1m",status="UNKNOWN"} 1.0' in gauges
+    assert "idempay_webhooks_pending 1.0" in gauges  # payment.unknown, until the worker runs
     procs.kill(sim.process)  # the bank stops answering: the worker cannot find the outcome
     idem.start_worker()
     ops = operator_key(idem)
@@ -171,6 +174,12 @@ async def test_an_operator_works_the_review_queue(procs: Procs) -> None:
     assert payment["status"] == "SUCCESS"
     log = get(idem, f"/v1/ops/payments/{payment['id']}", ops).json()["transitions"]
     assert log[-1]["actor"].startswith("operator:") and "txn 42" in log[-1]["reason"]
+    metrics = httpx.get(f"{idem.url}/metrics", timeout=10).text
+    assert (
+        "idempay_reviews_open" in metrics
+        and 'idempay_resolutions_total{source="operator"} 1.0' in metrics
+    )
+    assert 'idempay_unresolved_instructions{age="1m",status="UNKNOWN"}' not in metrics  # settled
     again = httpx.post(resolve, json=body, headers={"Authorization": f"Bearer {ops}"}, timeout=30)
     assert again.status_code == 409 and again.json()["code"] == "INVALID_STATE"
     assert get(idem, "/v1/ops/reviews", ops).json()["items"] == []

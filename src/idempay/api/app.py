@@ -20,6 +20,7 @@ from idempay.api.health import Unavailable
 from idempay.api.metrics import Metrics
 from idempay.api.middleware import RequestContext
 from idempay.api.schemas import dumps
+from idempay.api.settlement_metrics import SettlementGauges
 from idempay.bootstrap import Container
 from idempay.domain.errors import (
     BizNoReused,
@@ -163,6 +164,7 @@ def create_app(container: Container, *, routers: Sequence[APIRouter] = ()) -> Fa
     )
     app.state.container = container
     app.state.metrics = metrics = Metrics()
+    app.state.settlement = SettlementGauges(metrics.registry)
     for router in (*ROUTERS, *routers):
         app.include_router(router)
     app.add_exception_handler(IdempayError, on_domain_error)
