@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import structlog
 from redis import asyncio as aioredis
@@ -25,12 +27,16 @@ end
 return 0
 """
 UNLOCKED = ""  # the token of "no lock was taken, carry on" (Redis unusable)
+# What an acquire ended in (exported to /metrics): a token, another holder, or no usable Redis.
+ACQUIRED, BUSY, UNAVAILABLE = "acquired", "busy", "unavailable"
+ACQUIRE_RESULTS = (ACQUIRED, BUSY, UNAVAILABLE)
 
 
 class NoLock:
     """Used without IDEMPAY_REDIS_URL: every acquire succeeds, nothing is held."""
 
     degraded = 0
+    acquisitions: Mapping[str, int] = MappingProxyType(dict.fromkeys(ACQUIRE_RESULTS, 0))
 
     async def acquire(self, key: str, ttl_ms: int) -> str | None:
         return UNLOCKED
@@ -54,6 +60,7 @@ class RedisFrontLock:
         self.deadline_s = deadline_ms / 1000
         self.log_every_s = log_every_s
         self.degraded = 0  # how many calls went without Redis (exported to /metrics)
+        self.acquisitions = dict.fromkeys(ACQUIRE_RESULTS, 0)  # by result (exported to /metrics)
         self._last_log = 0.0
         self._release = self.client.register_script(RELEASE)
 
@@ -65,8 +72,10 @@ class RedisFrontLock:
             async with asyncio.timeout(self.deadline_s):
                 won = await self.client.set(key, token, nx=True, px=ttl_ms)
         except (RedisError, OSError, TimeoutError) as e:
+            self.acquisitions[UNAVAILABLE] += 1
             self._degrade("acquire", e)
             return UNLOCKED
+        self.acquisitions[ACQUIRED if won else BUSY] += 1
         return token if won else None
 
     async def release(self, key: str, token: str) -> None:

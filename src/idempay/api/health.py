@@ -41,7 +41,12 @@ async def healthz(container: ContainerDep) -> Response:
     response_class=PlainTextResponse,
     responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}}},
 )
-async def metrics(request: Request) -> Response:
-    """Prometheus metrics of this process."""
+async def metrics(request: Request, container: ContainerDep) -> Response:
+    """Prometheus metrics of this process, the front lock's counters included."""
     registry: Metrics = request.app.state.metrics
-    return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)
+    try:
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            await request.app.state.settlement.refresh(container.store)
+    except Exception as e:  # the process's own metrics are still worth answering
+        log.warning("metrics.settlement_unavailable", error=type(e).__name__)
+    return Response(registry.render(container.lock), media_type=CONTENT_TYPE_LATEST)
