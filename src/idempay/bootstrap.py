@@ -129,11 +129,12 @@ async def build(
     clock: Clock | None = None,
     channels: dict[str, Channel] | None = None,
     run_migrations: bool = True,
-    pool_size: int = 10,
+    pool_size: int | None = None,
     null_pool: bool = False,
 ) -> Container:
     clock = clock or SystemClock()
-    engine = create_engine(settings.database_url, pool_size=pool_size, null_pool=null_pool)
+    size = pool_size or settings.db_pool_size
+    engine = create_engine(settings.database_url, pool_size=size, null_pool=null_pool)
     if run_migrations:
         await migrate.upgrade(engine)
     store = SqlStore(engine, clock)

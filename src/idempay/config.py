@@ -42,6 +42,7 @@ class Settings:
     worker_poll_s: float = 1.0
     redis_deadline_ms: int = 50  # a front-lock call slower than this proceeds without the lock
     lock_ttl_ms: int = 15_000
+    db_pool_size: int = 10  # connections per process (plus as many again on bursts)
     reconcile_at: time = time(0, 30)  # UTC: the worker reconciles yesterday after this time
 
     @classmethod
@@ -66,6 +67,7 @@ class Settings:
             worker_poll_s=_int(env, "IDEMPAY_WORKER_POLL_MS", 1_000) / 1000,
             redis_deadline_ms=_int(env, "IDEMPAY_REDIS_DEADLINE_MS", d.redis_deadline_ms),
             lock_ttl_ms=_int(env, "IDEMPAY_LOCK_TTL_MS", d.lock_ttl_ms),
+            db_pool_size=_int(env, "IDEMPAY_DB_POOL_SIZE", d.db_pool_size, hi=1000),
             reconcile_at=_time(env.get("IDEMPAY_RECONCILE_AT"), d.reconcile_at),
         )
 

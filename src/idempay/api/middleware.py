@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import structlog
 from starlette.datastructures import MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -29,6 +30,9 @@ def request_id_of(scope: Scope) -> str:
                 return candidate
             break
     return uuid.uuid4().hex
+
+
+CLIENT_CLOSED = 499  # nginx's code for a client that closed the connection first
 
 
 class RequestContext:
@@ -60,6 +64,8 @@ class RequestContext:
         t0 = time.perf_counter()
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:  # the client went away mid-body: nothing to answer, no error
+            status = CLIENT_CLOSED
         except Exception:
             log.exception("http.unhandled_error", path=scope.get("path"))
             if not started:

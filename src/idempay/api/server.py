@@ -41,6 +41,9 @@ async def serve(settings: Settings, *, host: str, port: int) -> None:
             log_config=None,
             access_log=False,  # the API logs every request itself, with its request id
             server_header=False,
+            # longer than clients' keep-alive (httpx: 5 s), so a reused connection is never
+            # closed under a request already on its way
+            timeout_keep_alive=75,
             # a request in flight holds a channel call: let it finish and record its outcome
             timeout_graceful_shutdown=int(settings.channel_timeout_s + SHUTDOWN_MARGIN_S),
         )

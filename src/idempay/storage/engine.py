@@ -35,7 +35,7 @@ def create_engine(url: str, *, pool_size: int = 10, null_pool: bool = False) -> 
     if null_pool:
         kwargs["poolclass"] = NullPool
     elif u.get_backend_name() != "sqlite":
-        kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+        kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
     if u.get_backend_name() == "mysql":
         kwargs["isolation_level"] = "READ COMMITTED"
     engine = create_async_engine(u, **kwargs)
