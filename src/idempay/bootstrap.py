@@ -18,11 +18,12 @@ from idempay.locks import NoLock, RedisFrontLock
 from idempay.services.callbacks import Callbacks
 from idempay.services.idempotency import Idempotency, IdempotencyPolicy
 from idempay.services.outbox import Outbox
-from idempay.services.payments import PaymentPolicy, Payments
+from idempay.services.payments import Payments
 from idempay.services.reconciliation import Reconciliation
 from idempay.services.refunds import Refunds
 from idempay.services.resolution import ResolutionPolicy, Resolver
 from idempay.services.reviews import Reviews
+from idempay.services.sending import PaymentPolicy
 from idempay.services.splits import Splits
 from idempay.storage import migrate
 from idempay.storage.engine import create_engine

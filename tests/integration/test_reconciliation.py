@@ -15,9 +15,9 @@ from idempay.clock import SystemClock
 from idempay.domain.model import OpKind
 from idempay.domain.ports import ChannelOp
 from idempay.domain.states import Entity
-from idempay.services.payments import PaymentPolicy
 from idempay.services.reconciliation import Reconciliation
 from idempay.services.refunds import Refunds
+from idempay.services.sending import PaymentPolicy
 from idempay.storage import tables as t
 from idempay.storage.reconciliation import SqlReconciliationStore
 from tests.integration.settlement_helpers import build, cmd

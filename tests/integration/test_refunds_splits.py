@@ -14,8 +14,8 @@ from idempay.clock import ManualClock
 from idempay.config import Settings
 from idempay.domain.errors import BizNoReused, InsufficientBalance, InvalidRequest, InvalidState
 from idempay.domain.model import OpKind
-from idempay.services.payments import PaymentPolicy
 from idempay.services.refunds import RefundCommand, Refunds
+from idempay.services.sending import PaymentPolicy
 from idempay.services.splits import Receiver, SplitCommand, Splits
 from idempay.storage import tables as t
 from tests.integration.settlement_helpers import Wrapped, build, cmd

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import structlog
@@ -24,10 +24,10 @@ from idempay.domain.model import (
     new_id,
 )
 from idempay.domain.money import check_amount, check_currency
-from idempay.domain.ports import Change, Channel, Clock, FrontLock, Store, Tx
+from idempay.domain.ports import Change, Tx
 from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
-from idempay.services.frontlock import Unlocked, holding, wait_visible
-from idempay.services.sending import call_channel, new_instruction, op_for, record
+from idempay.services.frontlock import holding, wait_visible
+from idempay.services.sending import MoneyFlow, new_instruction
 
 log = structlog.get_logger(__name__)
 
@@ -48,33 +48,9 @@ class ChargeCommand:
     notify_url: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PaymentPolicy:
-    max_amount: int = 100_000_000_000
-    channel_timeout_s: float = 10.0
-    stale_pending_s: float = 30.0
-    first_query_after_s: float = 2.0
-    public_url: str = "http://127.0.0.1:8000"
-    lock_ttl_ms: int = 15_000  # the front lock outlives a normal channel call, not a stuck one
-
-
-class Payments:
+class Payments(MoneyFlow):
     """Charges, replays, retries and closes payments. The channel is called at most once per
     instruction from here; everything else is resolved by query (services/resolution.py)."""
-
-    def __init__(
-        self,
-        store: Store,
-        channels: Mapping[str, Channel],
-        clock: Clock,
-        policy: PaymentPolicy | None = None,
-        lock: FrontLock | None = None,
-    ) -> None:
-        self.store = store
-        self.channels = channels
-        self.clock = clock
-        self.policy = policy or PaymentPolicy()
-        self.lock: FrontLock = lock or Unlocked()
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -333,20 +309,7 @@ class Payments:
         )
 
     async def _send(self, payment: Payment, instruction: Instruction) -> PaymentView:
-        notify = f"{self.policy.public_url}/v1/channels/{payment.channel}/notify"
-        answer = await call_channel(
-            self.channels[payment.channel],
-            op_for(instruction, notify),
-            self.policy.channel_timeout_s,
-        )
-        await record(
-            self.store,
-            self.clock,
-            instruction,
-            answer,
-            actor="channel",
-            first_query_after_s=self.policy.first_query_after_s,
-        )
+        await self.send_once(instruction)
         latest = await self.store.get_payment_by_id(payment.id)
         assert latest is not None
         return await self.store.payment_view(latest)

@@ -3,7 +3,7 @@ write-ahead instruction, a reservation on the payment, one send, CAS, resolution
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from idempay.domain.errors import (
@@ -11,16 +11,14 @@ from idempay.domain.errors import (
     DuplicateKey,
     InsufficientBalance,
     InvalidRequest,
-    InvalidState,
     NotFound,
 )
 from idempay.domain.model import OpKind, Payment, Refund, RefundView, check_identifier, new_id
 from idempay.domain.money import check_amount
-from idempay.domain.ports import Channel, Clock, FrontLock, Store, Tx
+from idempay.domain.ports import Tx
 from idempay.domain.states import Entity, InstructionStatus, PaymentStatus
-from idempay.services.frontlock import Unlocked, holding, wait_visible
-from idempay.services.payments import PaymentPolicy
-from idempay.services.sending import call_channel, new_instruction, op_for, record
+from idempay.services.frontlock import holding, wait_visible
+from idempay.services.sending import MoneyFlow, Refused, new_instruction
 
 OnRefund = Callable[[Tx, Refund], Awaitable[None]]
 
@@ -40,24 +38,7 @@ class RefundResult:
     replayed: bool
 
 
-class _Refused(Exception):
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class Refunds:
-    def __init__(
-        self,
-        store: Store,
-        channels: Mapping[str, Channel],
-        clock: Clock,
-        policy: PaymentPolicy,
-        *,
-        lock: FrontLock | None = None,
-    ) -> None:
-        self.store, self.channels, self.clock, self.policy = store, channels, clock, policy
-        self.lock: FrontLock = lock or Unlocked()
-
+class Refunds(MoneyFlow):
     async def get(self, merchant_id: str, refund_no: str) -> RefundView:
         refund = await self.store.get_refund(merchant_id, check_identifier(refund_no, "refund_no"))
         if refund is None:
@@ -89,13 +70,7 @@ class Refunds:
     async def _create(
         self, merchant_id: str, cmd: RefundCommand, on_create: OnRefund | None
     ) -> RefundResult:
-        payment = await self.store.get_payment(merchant_id, cmd.biz_no)
-        if payment is None:
-            raise NotFound(f"no payment {cmd.biz_no}")
-        if payment.status != PaymentStatus.SUCCESS:
-            raise InvalidState(
-                f"refunds need a SUCCESS payment, it is {payment.status}", status=payment.status
-            )
+        payment = await self.paid_payment(merchant_id, cmd.biz_no, "refunds")
         return await self._open(merchant_id, cmd, payment, purpose="REQUESTED", on_create=on_create)
 
     async def return_extra_charge(
@@ -157,7 +132,7 @@ class Refunds:
             async with self.store.begin() as tx:
                 await tx.insert_refund(refund)
                 if purpose == "REQUESTED" and not await tx.reserve(payment.id, cmd.amount):
-                    raise _Refused(
+                    raise Refused(
                         InsufficientBalance(
                             f"refund of {cmd.amount} exceeds what is available on {payment.biz_no}"
                         )
@@ -185,20 +160,9 @@ class Refunds:
             existing = await self.store.get_refund(merchant_id, cmd.refund_no)
             assert existing is not None
             return await self._replay(existing, cmd)
-        except _Refused as r:
+        except Refused as r:
             raise r.error from None
-        notify = f"{self.policy.public_url}/v1/channels/{payment.channel}/notify"
-        answer = await call_channel(
-            self.channels[payment.channel], op_for(ins, notify), self.policy.channel_timeout_s
-        )
-        await record(
-            self.store,
-            self.clock,
-            ins,
-            answer,
-            actor="channel",
-            first_query_after_s=self.policy.first_query_after_s,
-        )
+        await self.send_once(ins)
         latest = await self.store.get_refund(merchant_id, cmd.refund_no)
         assert latest is not None
         return RefundResult(await self.store.refund_view(latest), created=True, replayed=False)

@@ -4,19 +4,46 @@ money movement: charges, refunds and split items share this path."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
 import structlog
 
-from idempay.domain.errors import Declined, NotSent, OutcomeUnknown
-from idempay.domain.model import Instruction, OpKind, digest, new_id
-from idempay.domain.ports import Channel, ChannelAnswer, ChannelOp, ChannelStatus, Clock, Store
-from idempay.domain.states import InstructionStatus
+from idempay.domain.errors import Declined, InvalidState, NotFound, NotSent, OutcomeUnknown
+from idempay.domain.model import Instruction, OpKind, Payment, digest, new_id
+from idempay.domain.ports import (
+    Channel,
+    ChannelAnswer,
+    ChannelOp,
+    ChannelStatus,
+    Clock,
+    FrontLock,
+    Store,
+)
+from idempay.domain.states import InstructionStatus, PaymentStatus
+from idempay.services.frontlock import Unlocked
 from idempay.services.outcomes import Applied, Evidence, apply_outcome
 
 log = structlog.get_logger(__name__)
 I = InstructionStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentPolicy:
+    max_amount: int = 100_000_000_000
+    channel_timeout_s: float = 10.0
+    stale_pending_s: float = 30.0
+    first_query_after_s: float = 2.0
+    public_url: str = "http://127.0.0.1:8000"
+    lock_ttl_ms: int = 15_000  # the front lock outlives a normal channel call, not a stuck one
+
+
+class Refused(Exception):
+    """Carries a client error out of a transaction, so the transaction rolls back first."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +176,46 @@ async def record(
         applied=applied,
     )
     return applied
+
+
+class MoneyFlow:
+    """What every money movement (charge, refund, split) shares: the ports, the policy, the
+    front lock, the paid payment refunds and splits draw on, and sending one instruction once."""
+
+    def __init__(
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        clock: Clock,
+        policy: PaymentPolicy | None = None,
+        lock: FrontLock | None = None,
+    ) -> None:
+        self.store, self.channels, self.clock = store, channels, clock
+        self.policy = policy or PaymentPolicy()
+        self.lock: FrontLock = lock or Unlocked()
+
+    async def paid_payment(self, merchant_id: str, biz_no: str, what: str) -> Payment:
+        """The SUCCESS payment `what` (refunds, splits) draws on: 404 unknown, 409 unpaid."""
+        payment = await self.store.get_payment(merchant_id, biz_no)
+        if payment is None:
+            raise NotFound(f"no payment {biz_no}")
+        if payment.status != PaymentStatus.SUCCESS:
+            raise InvalidState(
+                f"{what} need a SUCCESS payment, it is {payment.status}", status=payment.status
+            )
+        return payment
+
+    async def send_once(self, ins: Instruction) -> Applied:
+        """Send a written instruction once, with a deadline; record the answer (transaction B)."""
+        notify = f"{self.policy.public_url}/v1/channels/{ins.channel}/notify"
+        answer = await call_channel(
+            self.channels[ins.channel], op_for(ins, notify), self.policy.channel_timeout_s
+        )
+        return await record(
+            self.store,
+            self.clock,
+            ins,
+            answer,
+            actor="channel",
+            first_query_after_s=self.policy.first_query_after_s,
+        )

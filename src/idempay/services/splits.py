@@ -7,7 +7,7 @@ often it is requested; items run independently, so one UNKNOWN item does not sto
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from idempay.domain.errors import (
@@ -15,7 +15,6 @@ from idempay.domain.errors import (
     DuplicateKey,
     InsufficientBalance,
     InvalidRequest,
-    InvalidState,
     NotFound,
 )
 from idempay.domain.model import (
@@ -28,17 +27,15 @@ from idempay.domain.model import (
     new_id,
 )
 from idempay.domain.money import check_amount
-from idempay.domain.ports import Change, Channel, Clock, FrontLock, Store, Tx
+from idempay.domain.ports import Change, Tx
 from idempay.domain.states import (
     Entity,
     InstructionStatus,
-    PaymentStatus,
     SplitItemStatus,
     SplitStatus,
 )
-from idempay.services.frontlock import Unlocked, holding, wait_visible
-from idempay.services.payments import PaymentPolicy
-from idempay.services.sending import call_channel, new_instruction, op_for, record
+from idempay.services.frontlock import holding, wait_visible
+from idempay.services.sending import MoneyFlow, Refused, new_instruction
 
 MAX_RECEIVERS = 50
 # Run inside the transaction that creates the split (e.g. the API's Idempotency-Key claim), so
@@ -66,24 +63,7 @@ class SplitResult:
     replayed: bool
 
 
-class _Refused(Exception):
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class Splits:
-    def __init__(
-        self,
-        store: Store,
-        channels: Mapping[str, Channel],
-        clock: Clock,
-        policy: PaymentPolicy,
-        *,
-        lock: FrontLock | None = None,
-    ) -> None:
-        self.store, self.channels, self.clock, self.policy = store, channels, clock, policy
-        self.lock: FrontLock = lock or Unlocked()
-
+class Splits(MoneyFlow):
     async def get(self, merchant_id: str, split_no: str) -> SplitView:
         split = await self.store.get_split(merchant_id, check_identifier(split_no, "split_no"))
         if split is None:
@@ -138,13 +118,7 @@ class Splits:
     async def _create(
         self, merchant_id: str, cmd: SplitCommand, total: int, on_create: OnSplit | None = None
     ) -> Split | None:
-        payment = await self.store.get_payment(merchant_id, cmd.biz_no)
-        if payment is None:
-            raise NotFound(f"no payment {cmd.biz_no}")
-        if payment.status != PaymentStatus.SUCCESS:
-            raise InvalidState(
-                f"splits need a SUCCESS payment, it is {payment.status}", status=payment.status
-            )
+        payment = await self.paid_payment(merchant_id, cmd.biz_no, "splits")
         now = self.clock.now()
         split = Split(
             id=new_id("spl", now),
@@ -180,7 +154,7 @@ class Splits:
             async with self.store.begin() as tx:
                 await tx.insert_split(split, items)
                 if not await tx.reserve(payment.id, total):
-                    raise _Refused(
+                    raise Refused(
                         InsufficientBalance(
                             f"split of {total} exceeds what is available on {payment.biz_no}"
                         )
@@ -197,7 +171,7 @@ class Splits:
                     await on_create(tx, split)
         except DuplicateKey:
             return None  # a concurrent request created it: answer that one
-        except _Refused as r:
+        except Refused as r:
             raise r.error from None
         return split
 
@@ -278,15 +252,4 @@ class Splits:
         return True
 
     async def _send(self, split: Split, ins: Instruction) -> None:
-        notify = f"{self.policy.public_url}/v1/channels/{split.channel}/notify"
-        answer = await call_channel(
-            self.channels[split.channel], op_for(ins, notify), self.policy.channel_timeout_s
-        )
-        await record(
-            self.store,
-            self.clock,
-            ins,
-            answer,
-            actor="channel",
-            first_query_after_s=self.policy.first_query_after_s,
-        )
+        await self.send_once(ins)
