@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -125,3 +127,73 @@ def test_success_and_closed_have_no_way_out(terminal: PaymentStatus) -> None:
 def test_a_timeout_is_never_a_failure_of_the_instruction() -> None:
     assert I.FAILED not in states.allowed(Entity.INSTRUCTION, I.SUCCESS)
     assert states.payment_status_for(I.UNKNOWN) is P.UNKNOWN
+
+
+TERMINAL = {
+    Entity.REFUND: {"SUCCESS", "CLOSED"},
+    Entity.SPLIT: {"SUCCESS", "PARTIAL", "FAILED", "CLOSED"},
+    Entity.SPLIT_ITEM: {"SUCCESS", "FAILED"},
+}
+STARTS = {Entity.REFUND: "PROCESSING", Entity.SPLIT: "PENDING", Entity.SPLIT_ITEM: "PENDING"}
+
+
+class MoneyOutLifecycle(RuleBasedStateMachine):
+    """A refund, a split total and one split item, each driven only through its table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status = dict(STARTS)
+        self.history: dict[Entity, list[str]] = {e: [s] for e, s in STARTS.items()}
+
+    @rule(
+        entity=st.sampled_from(list(STARTS)),
+        to=st.sampled_from(sorted({s for t in states.TRANSITIONS.values() for s in t})),
+    )
+    def move(self, entity: Entity, to: str) -> None:
+        frm = self.status[entity]
+        if to in states.allowed(entity, frm):
+            states.check(entity, frm, to)
+            self.status[entity] = to
+            self.history[entity].append(to)
+        else:
+            with pytest.raises(IllegalTransition):
+                states.check(entity, frm, to)
+
+    @invariant()
+    def terminal_states_are_sinks(self) -> None:
+        for entity, seen in self.history.items():
+            for i, s in enumerate(seen):
+                if s in TERMINAL[entity]:
+                    assert seen[i:] == [s] * (len(seen) - i)
+
+    @invariant()
+    def a_split_executes_at_most_once(self) -> None:
+        assert self.history[Entity.SPLIT].count("PROCESSING") <= 1
+        assert self.history[Entity.SPLIT_ITEM].count("PROCESSING") <= 1
+
+    @invariant()
+    def a_refund_never_leaves_flight_except_by_evidence(self) -> None:
+        seen = self.history[Entity.REFUND]
+        for a, b in itertools.pairwise(seen):
+            if a in ("PROCESSING", "UNKNOWN"):
+                assert b in ("SUCCESS", "FAILED", "UNKNOWN")
+
+
+TestMoneyOutLifecycle = MoneyOutLifecycle.TestCase
+
+
+@given(
+    st.lists(
+        st.sampled_from(["SUCCESS", "FAILED", "UNKNOWN", "PROCESSING"]), min_size=1, max_size=50
+    )
+)
+def test_a_split_total_settles_only_when_every_item_is_final(items: list[str]) -> None:
+    total = states.split_outcome(items)
+    if any(s not in ("SUCCESS", "FAILED") for s in items):
+        assert total is None
+    elif set(items) == {"SUCCESS"}:
+        assert total == "SUCCESS"
+    elif set(items) == {"FAILED"}:
+        assert total == "FAILED"
+    else:
+        assert total == "PARTIAL"
