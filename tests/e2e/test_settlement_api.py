@@ -214,3 +214,38 @@ def test_reconciliation_runs_on_demand_and_again_without_repeating(procs: Procs)
         httpx.post(url, json={"channel": "simbank", "date": today}, headers=merchant).status_code
         == 403
     )
+
+
+def test_a_bank_that_charged_twice_is_found_and_refunded_once(procs: Procs) -> None:
+    sim = Simbank(procs, "simbank")
+    sim.faults(idempotency=False)  # the bank's own idempotency has failed (seeds/002)
+    idem = Idempay(procs, sim)
+    idem.start_serve()
+    paid = pay(idem).json()
+    assert paid["status"] == "SUCCESS"
+    replay = {
+        "request_id": paid["instructions"][0]["request_id"],
+        "payment_ref": paid["id"],
+        "amount": 19900,
+        "currency": "CNY",
+    }
+    assert httpx.post(f"{sim.url}/bank/pay", json=replay, timeout=10).status_code == 200
+    assert len([e for e in sim.ledger() if e["kind"] == "PAY"]) == 2  # charged twice
+    ops = {"Authorization": f"Bearer {operator_key(idem)}"}
+    url = f"{idem.url}/v1/ops/reconciliations"
+    today = datetime.now(UTC).date().isoformat()
+    first = httpx.post(
+        url, json={"channel": "simbank", "date": today}, headers=ops, timeout=60
+    ).json()
+    [dup] = [d for d in first["discrepancies"] if d["class"] == "DUPLICATE_CHARGE"]
+    assert dup["correction"].startswith("refund dup-") and dup["correction"].endswith("SUCCESS")
+    refunds = [e for e in sim.ledger() if e["kind"] == "REFUND"]
+    assert [(r["amount"], r["status"], r["payment_ref"]) for r in refunds] == [
+        (19900, "SUCCESS", paid["id"])
+    ]
+    second = httpx.post(
+        url, json={"channel": "simbank", "date": today}, headers=ops, timeout=60
+    ).json()
+    assert [d for d in second["discrepancies"] if d["class"] == "DUPLICATE_CHARGE"] == [dup]
+    assert len([e for e in sim.ledger() if e["kind"] == "REFUND"]) == 1  # never twice
+    assert get(idem, "/v1/payments/PAY_1").json()["refunded_amount"] == 0  # not the payment's money
