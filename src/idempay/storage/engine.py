@@ -35,7 +35,10 @@ def create_engine(url: str, *, pool_size: int = 10, null_pool: bool = False) -> 
     if null_pool:
         kwargs["poolclass"] = NullPool
     elif u.get_backend_name() != "sqlite":
-        kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        # no pre-ping: it costs a round trip on every checkout (bench/README.md); a connection
+        # the server dropped fails its statement instead, and is recycled before servers'
+        # usual idle timeouts
+        kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
     if u.get_backend_name() == "mysql":
         kwargs["isolation_level"] = "READ COMMITTED"
     engine = create_async_engine(u, **kwargs)

@@ -140,6 +140,7 @@ instructions = Table(
     Index("ix_instructions_payment", "payment_id"),
     Index("ix_instructions_due", "status", "next_query_at"),
     Index("ix_instructions_merchant_created", "merchant_id", "created_at"),
+    Index("ix_instructions_settled", "channel", "status", "created_at"),  # reconciliation
     # At most one live instruction per owner. PostgreSQL and SQLite: a partial unique index.
     # MariaDB has none; its migration adds a generated column instead (storage/mysql.py).
     Index(
