@@ -24,7 +24,7 @@ bearer = HTTPBearer(
 )
 
 
-def get_container(request: Request) -> Container:
+async def get_container(request: Request) -> Container:
     return cast(Container, request.app.state.container)
 
 
