@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+bench-smoke: $(STAMP)
+	$(BIN)/python -m bench --quick --only sql_floor --runs 1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
