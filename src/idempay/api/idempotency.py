@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Header, Request, Response
 
 from idempay.api.metrics import Metrics
 from idempay.api.schemas import ID_PATTERN
 from idempay.domain.errors import IdempotencyKeyReused, RequestInProgress
-from idempay.services.idempotency import Idempotency, KeyedRequest, OnClaim, Orphaned, Replay
+from idempay.services.idempotency import (
+    Idempotency,
+    KeyedRequest,
+    KeyTaken,
+    OnClaim,
+    Orphaned,
+    Replay,
+)
 
 IdempotencyKey = Annotated[
     str | None,
@@ -111,3 +118,29 @@ class KeyGuard:
         if status != 202:  # settled: from now on this is the stored answer of the key
             await self.service.answered(self.keyed, status, body.decode())
         return json_response(body, status, replayed=True)
+
+
+T = TypeVar("T")
+
+
+async def keyed_create(
+    guard: KeyGuard,
+    metrics: Metrics,
+    layer: str,
+    create: Callable[[OnClaim | None], Awaitable[T]],
+    answer: Callable[[T], tuple[int, bytes, str, bool, bool]],
+) -> Response:
+    """A create-or-get under an optional Idempotency-Key: the owed answer if there is one, else
+    `create` with the key's claim, then store and send `answer`'s (status, body, resource id,
+    created, replayed); a replay is counted as stopped by `layer`."""
+    if (early := await guard.prior()) is not None:
+        return early
+    try:
+        result = await create(guard.hook)
+    except KeyTaken as e:
+        return await guard.lost_race(e)
+    status, body, resource_id, created, replayed = answer(result)
+    await guard.answered(status, body, resource_id=resource_id, created=created)
+    if replayed:
+        metrics.duplicate(layer)
+    return json_response(body, status, replayed=replayed)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from idempay.api.auth import ContainerDep, MerchantDep
 from idempay.api.body import body_doc, parse_body
-from idempay.api.idempotency import IdempotencyKey, KeyGuard, json_response
+from idempay.api.idempotency import IdempotencyKey, KeyGuard, json_response, keyed_create
 from idempay.api.metrics import Metrics
 from idempay.api.query import only_query
 from idempay.api.schemas import (
@@ -30,8 +30,7 @@ from idempay.api.schemas import (
 )
 from idempay.domain import model as domain
 from idempay.domain.states import PaymentStatus
-from idempay.services.idempotency import KeyTaken
-from idempay.services.refunds import RefundCommand
+from idempay.services.refunds import RefundCommand, RefundResult
 
 router = APIRouter(prefix="/v1/refunds", tags=["refunds"])
 
@@ -113,18 +112,19 @@ async def create_refund(
         )
 
     guard = KeyGuard(c.idempotency, metrics, merchant.id, key, request, body.canonical, current)
-    if (early := await guard.prior()) is not None:
-        return early
-    try:
-        result = await c.refunds.create(merchant.id, cmd, on_create=guard.hook)
-    except KeyTaken as e:
-        return await guard.lost_race(e)
-    status = write_status(result.view.refund.status in IN_FLIGHT, created=result.created)
-    out = dumps(refund_json(result.view))
-    await guard.answered(status, out, resource_id=result.view.refund.id, created=result.created)
-    if result.replayed:
-        metrics.duplicate("refund_no")
-    return json_response(out, status, replayed=result.replayed)
+
+    def answer(result: RefundResult) -> tuple[int, bytes, str, bool, bool]:
+        view = result.view
+        status = write_status(view.refund.status in IN_FLIGHT, created=result.created)
+        return status, dumps(refund_json(view)), view.refund.id, result.created, result.replayed
+
+    return await keyed_create(
+        guard,
+        metrics,
+        "refund_no",
+        lambda hook: c.refunds.create(merchant.id, cmd, on_create=hook),
+        answer,
+    )
 
 
 @router.get(

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from idempay.api.auth import ContainerDep, MerchantDep
 from idempay.api.body import DOCUMENTED, body_doc, parse_body
-from idempay.api.idempotency import IdempotencyKey, KeyGuard, json_response
+from idempay.api.idempotency import IdempotencyKey, KeyGuard, json_response, keyed_create
 from idempay.api.metrics import Metrics
 from idempay.api.query import only_query
 from idempay.api.schemas import (
@@ -28,8 +28,7 @@ from idempay.api.schemas import (
 )
 from idempay.domain import model as domain
 from idempay.domain.states import SplitItemStatus, SplitStatus
-from idempay.services.idempotency import KeyTaken
-from idempay.services.splits import MAX_RECEIVERS, Receiver, SplitCommand
+from idempay.services.splits import MAX_RECEIVERS, Receiver, SplitCommand, SplitResult
 
 router = APIRouter(prefix="/v1/splits", tags=["splits"])
 
@@ -144,18 +143,19 @@ async def create_split(
         return write_status(view.split.status in IN_FLIGHT, created=False), dumps(split_json(view))
 
     guard = KeyGuard(c.idempotency, metrics, merchant.id, key, request, body.canonical, current)
-    if (early := await guard.prior()) is not None:
-        return early
-    try:
-        result = await c.splits.create(merchant.id, cmd, on_create=guard.hook)
-    except KeyTaken as e:
-        return await guard.lost_race(e)
-    status = write_status(result.view.split.status in IN_FLIGHT, created=result.created)
-    out = dumps(split_json(result.view))
-    await guard.answered(status, out, resource_id=result.view.split.id, created=result.created)
-    if result.replayed:
-        metrics.duplicate("split_no")
-    return json_response(out, status, replayed=result.replayed)
+
+    def answer(result: SplitResult) -> tuple[int, bytes, str, bool, bool]:
+        view = result.view
+        status = write_status(view.split.status in IN_FLIGHT, created=result.created)
+        return status, dumps(split_json(view)), view.split.id, result.created, result.replayed
+
+    return await keyed_create(
+        guard,
+        metrics,
+        "split_no",
+        lambda hook: c.splits.create(merchant.id, cmd, on_create=hook),
+        answer,
+    )
 
 
 @router.get(
