@@ -17,6 +17,8 @@ import structlog
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from idempay.services.frontlock import Unlocked
+
 log = structlog.get_logger(__name__)
 
 # Delete the key only if it still holds our token: a request never frees another's lock.
@@ -32,17 +34,12 @@ ACQUIRED, BUSY, UNAVAILABLE = "acquired", "busy", "unavailable"
 ACQUIRE_RESULTS = (ACQUIRED, BUSY, UNAVAILABLE)
 
 
-class NoLock:
-    """Used without IDEMPAY_REDIS_URL: every acquire succeeds, nothing is held."""
+class NoLock(Unlocked):
+    """Used without IDEMPAY_REDIS_URL: the services' Unlocked, with the counters /metrics reads
+    (always zero) and a close."""
 
     degraded = 0
     acquisitions: Mapping[str, int] = MappingProxyType(dict.fromkeys(ACQUIRE_RESULTS, 0))
-
-    async def acquire(self, key: str, ttl_ms: int) -> str | None:
-        return UNLOCKED
-
-    async def release(self, key: str, token: str) -> None:
-        return None
 
     async def aclose(self) -> None:
         return None
