@@ -26,7 +26,7 @@ from idempay.services.reviews import Reviews
 from idempay.services.sending import PaymentPolicy
 from idempay.services.splits import Splits
 from idempay.storage import migrate
-from idempay.storage.engine import create_engine
+from idempay.storage.engine import create_autocommit_engine, create_engine
 from idempay.storage.idempotency import SqlIdempotencyRecords
 from idempay.storage.reconciliation import SqlReconciliationStore
 from idempay.storage.store import SqlStore
@@ -60,7 +60,8 @@ class Container:
             ttl_s=float(self.settings.idempotency_ttl_s),
             in_flight_s=self.settings.channel_timeout_s + IN_FLIGHT_MARGIN_S,
         )
-        self.idempotency = Idempotency(SqlIdempotencyRecords(self.engine), self.clock, policy)
+        records = SqlIdempotencyRecords(self.engine, self.store.autocommit)
+        self.idempotency = Idempotency(records, self.clock, policy)
         money = (self.store, self.channels, self.clock, self.payments.policy)
         self.refunds = Refunds(*money, lock=self.lock)
         self.splits = Splits(*money, lock=self.lock)
@@ -75,6 +76,8 @@ class Container:
         for closer in self._closers:
             await closer()
         await self.engine.dispose()
+        if self.store.autocommit is not None:
+            await self.store.autocommit.dispose()
 
 
 def build_lock(settings: Settings) -> NoLock | RedisFrontLock:
@@ -138,7 +141,10 @@ async def build(
     engine = create_engine(settings.database_url, pool_size=size, null_pool=null_pool)
     if run_migrations:
         await migrate.upgrade(engine)
-    store = SqlStore(engine, clock)
+    autocommit = create_autocommit_engine(
+        settings.database_url, pool_size=size, null_pool=null_pool
+    )
+    store = SqlStore(engine, clock, autocommit=autocommit)
     if channels is None:
         channels = {n: build_channel(n, dict(c), settings) for n, c in settings.channels.items()}
     policy = PaymentPolicy(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import uvloop
 
 from idempay import bootstrap, logs
 from idempay.config import ConfigError, Settings
@@ -90,7 +91,8 @@ def worker(
     """Resolve UNKNOWN and stale instructions by query, open review items, deliver webhooks."""
     from idempay import worker as worker_loop
 
-    asyncio.run(worker_loop.main(_settings(), once=once))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:  # as serve does
+        runner.run(worker_loop.main(_settings(), once=once))
 
 
 @app.command()

@@ -42,7 +42,9 @@ class Settings:
     worker_poll_s: float = 1.0
     redis_deadline_ms: int = 50  # a front-lock call slower than this proceeds without the lock
     lock_ttl_ms: int = 15_000
-    db_pool_size: int = 10  # connections per process (plus as many again on bursts)
+    # connections per process: for transactions (half again on bursts), half as many for reads
+    db_pool_size: int = 10
+    auth_cache_s: float = 5.0  # how long a process trusts an API key it has looked up
     reconcile_at: time = time(0, 30)  # UTC: the worker reconciles yesterday after this time
 
     @classmethod
@@ -68,6 +70,7 @@ class Settings:
             redis_deadline_ms=_int(env, "IDEMPAY_REDIS_DEADLINE_MS", d.redis_deadline_ms),
             lock_ttl_ms=_int(env, "IDEMPAY_LOCK_TTL_MS", d.lock_ttl_ms),
             db_pool_size=_int(env, "IDEMPAY_DB_POOL_SIZE", d.db_pool_size, hi=1000),
+            auth_cache_s=_int(env, "IDEMPAY_AUTH_CACHE_MS", 5_000, hi=3_600_000) / 1000,
             reconcile_at=_time(env.get("IDEMPAY_RECONCILE_AT"), d.reconcile_at),
         )
 

@@ -29,7 +29,7 @@ from idempay import bootstrap
 from idempay.channels.scripted import ScriptedChannel
 from idempay.clock import SystemClock
 from idempay.config import Settings
-from idempay.domain.model import Payment
+from idempay.domain.model import PaymentView
 from idempay.locks import UNLOCKED, RedisFrontLock
 from idempay.services.payments import ChargeCommand, Payments
 from idempay.storage.store import SqlStore
@@ -479,12 +479,12 @@ class PausedLookup(SqlStore):
     CPU) until `resume` is set: long enough for another node to insert and its lock to expire."""
 
     def __init__(self, base: SqlStore) -> None:
-        super().__init__(base.engine, base.clock)
+        super().__init__(base.engine, base.clock, autocommit=base.autocommit)
         self.looked = asyncio.Event()
         self.resume = asyncio.Event()
 
-    async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
-        found = await super().get_payment(merchant_id, biz_no)
+    async def find_view(self, merchant_id: str, biz_no: str) -> PaymentView | None:
+        found = await super().find_view(merchant_id, biz_no)
         if not self.looked.is_set():
             self.looked.set()
             await self.resume.wait()

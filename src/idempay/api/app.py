@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from idempay import __version__
 from idempay.api import callbacks, health, openapi, ops, payments, refunds, splits
+from idempay.api.auth import PrincipalCache
 from idempay.api.body import PayloadTooLarge, UnsupportedMediaType
 from idempay.api.health import Unavailable
 from idempay.api.metrics import Metrics
@@ -163,6 +164,7 @@ def create_app(container: Container, *, routers: Sequence[APIRouter] = ()) -> Fa
         redoc_url=None,
     )
     app.state.container = container
+    app.state.principals = PrincipalCache(container.settings.auth_cache_s)
     app.state.metrics = metrics = Metrics()
     app.state.settlement = SettlementGauges(metrics.registry)
     for router in (*ROUTERS, *routers):

@@ -4,6 +4,7 @@ and compared in constant time; every merchant query is scoped by the merchant it
 from __future__ import annotations
 
 import hmac
+import time
 from typing import Annotated, cast
 
 import structlog
@@ -31,7 +32,32 @@ async def get_container(request: Request) -> Container:
 ContainerDep = Annotated[Container, Depends(get_container)]
 
 
+class PrincipalCache:
+    """Keys found in the database, trusted for `ttl_s` (IDEMPAY_AUTH_CACHE_MS) so that a busy
+    client costs no query per request. Only hits are kept: a key created a moment ago works at
+    once, and an unknown key always reaches the database. Bounded: full means cleared."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._found: dict[str, tuple[float, Principal, str]] = {}
+
+    def get(self, key_hash: str) -> tuple[Principal, str] | None:
+        hit = self._found.get(key_hash)
+        if hit is None or hit[0] <= time.monotonic():
+            return None
+        return hit[1], hit[2]
+
+    def put(self, key_hash: str, principal: Principal, stored_hash: str) -> None:
+        if self.ttl_s <= 0:
+            return
+        if len(self._found) >= self.max_entries:
+            self._found.clear()
+        self._found[key_hash] = (time.monotonic() + self.ttl_s, principal, stored_hash)
+
+
 async def authenticate(
+    request: Request,
     container: ContainerDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
@@ -39,7 +65,12 @@ async def authenticate(
     if credentials is None or len(credentials.credentials) > MAX_KEY_CHARS:
         raise Unauthenticated("an Authorization: Bearer <api_key> header is required")
     presented = hash_key(credentials.credentials)
-    found = await container.store.find_principal_hash(presented)
+    cache: PrincipalCache = request.app.state.principals
+    found = cache.get(presented)
+    if found is None:
+        found = await container.store.find_principal_hash(presented)
+        if found is not None:
+            cache.put(presented, *found)
     if found is None or not hmac.compare_digest(found[1], presented):
         raise Unauthenticated("unknown API key")
     principal = found[0]

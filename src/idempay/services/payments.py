@@ -55,16 +55,16 @@ class Payments(MoneyFlow):
     # --- queries -------------------------------------------------------------------------------
 
     async def get(self, merchant_id: str, biz_no: str) -> PaymentView:
-        payment = await self.store.get_payment(merchant_id, check_identifier(biz_no, "biz_no"))
-        if payment is None:
+        view = await self.store.find_view(merchant_id, check_identifier(biz_no, "biz_no"))
+        if view is None:
             raise NotFound(f"no payment {biz_no}")
-        return await self.store.payment_view(payment)
+        return view
 
     async def get_by_id(self, merchant_id: str, payment_id: str) -> PaymentView:
-        payment = await self.store.get_payment_by_id(payment_id)
-        if payment is None or payment.merchant_id != merchant_id:
+        view = await self.store.view_by_id(payment_id)
+        if view is None or view.payment.merchant_id != merchant_id:
             raise NotFound(f"no payment {payment_id}")
-        return await self.store.payment_view(payment)
+        return view
 
     async def list_payments(
         self,
@@ -97,15 +97,15 @@ class Payments(MoneyFlow):
     ) -> ChargeResult:
         """Create the payment and charge it once, or answer the one that exists."""
         self.validate(cmd)
-        existing = await self.store.get_payment(merchant_id, cmd.biz_no)
+        existing = await self.store.find_view(merchant_id, cmd.biz_no)
         if existing is not None:
-            return await self._replay(existing, cmd)
+            return self._replay(existing, cmd)
         key = f"idempay:lock:pay:{merchant_id}:{cmd.biz_no}"
         async with holding(self.lock, key, self.policy.lock_ttl_ms) as first:
             if not first:  # a concurrent duplicate holds it: answer the winner's row
-                found = await wait_visible(lambda: self.store.get_payment(merchant_id, cmd.biz_no))
+                found = await wait_visible(lambda: self.store.find_view(merchant_id, cmd.biz_no))
                 if found is not None:
-                    return await self._replay(found, cmd, stopped_by="front_lock")
+                    return self._replay(found, cmd, stopped_by="front_lock")
             return await self._create(merchant_id, cmd, on_create)
 
     async def _create(
@@ -156,16 +156,17 @@ class Payments(MoneyFlow):
                 if on_create is not None:
                     await on_create(tx, payment)
         except DuplicateKey:  # a concurrent request with the same biz_no won the insert
-            existing = await self.store.get_payment(merchant_id, cmd.biz_no)
+            existing = await self.store.find_view(merchant_id, cmd.biz_no)
             if existing is None:  # pragma: no cover - the winner's row is committed by now
                 raise
-            return await self._replay(existing, cmd)
+            return self._replay(existing, cmd)
         view = await self._send(payment, instruction)
         return ChargeResult(view, created=True, replayed=False)
 
-    async def _replay(
-        self, existing: Payment, cmd: ChargeCommand, *, stopped_by: str = "biz_no"
+    def _replay(
+        self, view: PaymentView, cmd: ChargeCommand, *, stopped_by: str = "biz_no"
     ) -> ChargeResult:
+        existing = view.payment
         differing = tuple(
             name
             for name, ours in (
@@ -188,7 +189,6 @@ class Payments(MoneyFlow):
             status=existing.status,
             stopped_by=stopped_by,
         )
-        view = await self.store.payment_view(existing)
         return ChargeResult(view, created=False, replayed=True, stopped_by=stopped_by)
 
     # --- retry and close -----------------------------------------------------------------------
@@ -310,9 +310,9 @@ class Payments(MoneyFlow):
 
     async def _send(self, payment: Payment, instruction: Instruction) -> PaymentView:
         await self.send_once(instruction)
-        latest = await self.store.get_payment_by_id(payment.id)
-        assert latest is not None
-        return await self.store.payment_view(latest)
+        view = await self.store.view_by_id(payment.id)
+        assert view is not None
+        return view
 
 
 class _LostRace(Exception):

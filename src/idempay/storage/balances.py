@@ -88,7 +88,7 @@ class BalancesTx:
 
 class BalancesStore:
     async def _one(self, q: Any) -> Row[Any] | None:
-        async with self.engine.connect() as conn:  # type: ignore[attr-defined]
+        async with self.reads.connect() as conn:  # type: ignore[attr-defined]
             return (await conn.execute(q)).first()  # type: ignore[no-any-return]
 
     async def get_refund(self, merchant_id: str, refund_no: str) -> Refund | None:
@@ -116,7 +116,7 @@ class BalancesStore:
         q = select(t.instructions).where(
             ins.owner_id == refund.id, ins.owner_kind == Entity.REFUND.value
         )
-        async with self.engine.connect() as conn:  # type: ignore[attr-defined]
+        async with self.reads.connect() as conn:  # type: ignore[attr-defined]
             rows = (await conn.execute(q.order_by(ins.attempt))).all()
         return RefundView(refund, tuple(to_instruction(r) for r in rows))
 
@@ -125,7 +125,7 @@ class BalancesStore:
 
         si, ins = t.split_items.c, t.instructions.c
         q_items = select(t.split_items).where(si.split_id == split.id).order_by(si.position)
-        async with self.engine.connect() as conn:  # type: ignore[attr-defined]
+        async with self.reads.connect() as conn:  # type: ignore[attr-defined]
             items = [_to(SplitItem, r) for r in (await conn.execute(q_items)).all()]
             q_ins = (
                 select(t.instructions)

@@ -39,12 +39,15 @@ class SqlIdempotencyRecords:
     """The IdempotencyRecords port. The primary key (merchant_id, key) is the arbiter: of many
     concurrent first uses of one key, exactly one insert succeeds."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, autocommit: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # one-statement reads and writes: one round trip each (storage/engine.py); SQLite has
+        # none and writes through `engine`, whose transactions begin IMMEDIATE
+        self.autocommit = autocommit
 
     async def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
         q = select(_k).where(_c.merchant_id == merchant_id, _c.key == key)
-        async with self.engine.connect() as conn:
+        async with (self.autocommit or self.engine).connect() as conn:
             row = (await conn.execute(q)).first()
         return _record(row) if row else None
 
@@ -60,12 +63,12 @@ class SqlIdempotencyRecords:
             .where(_c.merchant_id == merchant_id, _c.key == key, _c.response_status.is_(None))
             .values(response_status=status, response_body=body)
         )
-        async with self._write() as conn:
+        async with self._one_write() as conn:
             return bool((await conn.execute(stmt)).rowcount == 1)
 
     async def remember(self, record: IdempotencyRecord) -> bool:
         try:
-            async with self._write() as conn:
+            async with self._one_write() as conn:
                 await conn.execute(insert(_k).values(**asdict(record)))
         except IntegrityError:
             return False
@@ -73,7 +76,7 @@ class SqlIdempotencyRecords:
 
     async def forget_expired(self, merchant_id: str, key: str, now: datetime) -> None:
         stmt = delete(_k).where(_c.merchant_id == merchant_id, _c.key == key, _c.expires_at <= now)
-        async with self._write() as conn:
+        async with self._one_write() as conn:
             await conn.execute(stmt)
 
     async def purge_expired(self, now: datetime, limit: int) -> int:
@@ -84,6 +87,16 @@ class SqlIdempotencyRecords:
                 due_keys = tuple_(_c.merchant_id, _c.key).in_(keys)
                 await conn.execute(delete(_k).where(due_keys, _c.expires_at <= now))
         return len(keys)
+
+    @asynccontextmanager
+    async def _one_write(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one write statement: autocommit where there is one."""
+        if self.autocommit is None:
+            async with self._write() as conn:
+                yield conn
+        else:
+            async with self.autocommit.connect() as conn:
+                yield conn
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:

@@ -5,11 +5,24 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, Table, and_, case, func, insert, literal, select, union_all, update
+from sqlalchemy import (
+    LABEL_STYLE_TABLENAME_PLUS_COL,
+    Row,
+    Table,
+    and_,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -36,6 +49,42 @@ _PAYMENT_COLS = [f.name for f in fields(Payment)]
 _INSTRUCTION_COLS = [f.name for f in fields(Instruction)]
 
 
+# A payment with its instructions, oldest attempt first, in one query: `payments_<col>` and
+# `instructions_<col>` per row, the instruction columns NULL for a payment without any.
+_VIEW = (
+    select(t.payments, t.instructions)
+    .select_from(
+        t.payments.outerjoin(
+            t.instructions,
+            and_(
+                t.instructions.c.payment_id == t.payments.c.id,
+                t.instructions.c.owner_kind == Entity.PAYMENT.value,
+            ),
+        )
+    )
+    .set_label_style(LABEL_STYLE_TABLENAME_PLUS_COL)
+    .order_by(t.instructions.c.attempt, t.instructions.c.created_at)
+)
+_VIEW_BY_BIZ_NO = _VIEW.where(
+    t.payments.c.merchant_id == bindparam("merchant_id"),
+    t.payments.c.biz_no == bindparam("biz_no"),
+)
+_VIEW_BY_ID = _VIEW.where(t.payments.c.id == bindparam("payment_id"))
+
+
+def to_view(rows: Sequence[Row[Any]]) -> PaymentView | None:
+    if not rows:
+        return None
+    first = rows[0]._mapping
+    payment = Payment(**{c: first[f"payments_{c}"] for c in _PAYMENT_COLS})
+    instructions = tuple(
+        Instruction(**{c: m[f"instructions_{c}"] for c in _INSTRUCTION_COLS})
+        for m in (r._mapping for r in rows)
+        if m["instructions_request_id"] is not None
+    )
+    return PaymentView(payment, instructions)
+
+
 def to_payment(row: Row[Any]) -> Payment:
     m = row._mapping
     return Payment(**{c: m[c] for c in _PAYMENT_COLS})
@@ -46,22 +95,46 @@ def to_instruction(row: Row[Any]) -> Instruction:
     return Instruction(**{c: m[c] for c in _INSTRUCTION_COLS})
 
 
+_INSERT_PAYMENT = insert(t.payments)
+_INSERT_INSTRUCTION = insert(t.instructions)
+_INSERT_TRANSITIONS = insert(t.transitions)
+_INSERT_EVENTS = insert(t.outbox)
+
+
+def _row(obj: Any, cols: list[str]) -> dict[str, Any]:
+    return {c: getattr(obj, c) for c in cols}
+
+
 class SqlTx(BalancesTx):
-    """One transaction on one connection; see ports.Tx."""
+    """One transaction on one connection; see ports.Tx.
+
+    Transition log rows and outbox events are kept in order and written by `flush()`, one
+    multi-row statement each, just before COMMIT (SqlStore.begin): nothing in a transaction
+    reads them back, and each write would otherwise be a round trip of its own."""
 
     def __init__(self, conn: AsyncConnection, clock: Clock) -> None:
         self.conn = conn
         self.clock = clock
+        self._logs: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []
+
+    async def flush(self) -> None:
+        if self._logs:
+            logs, self._logs = self._logs, []
+            await self.conn.execute(_INSERT_TRANSITIONS, logs)
+        if self._events:
+            events, self._events = self._events, []
+            await self.conn.execute(_INSERT_EVENTS, events)
 
     async def insert_payment(self, payment: Payment) -> None:
         try:
-            await self.conn.execute(insert(t.payments).values(**asdict(payment)))
+            await self.conn.execute(_INSERT_PAYMENT, _row(payment, _PAYMENT_COLS))
         except IntegrityError as e:
             raise DuplicateKey("payment_biz_no") from e
 
     async def insert_instruction(self, instruction: Instruction) -> None:
         try:
-            await self.conn.execute(insert(t.instructions).values(**asdict(instruction)))
+            await self.conn.execute(_INSERT_INSTRUCTION, _row(instruction, _INSTRUCTION_COLS))
         except IntegrityError as e:
             raise DuplicateKey("instruction_live") from e
 
@@ -80,12 +153,18 @@ class SqlTx(BalancesTx):
                 **(change.values or {}),
             )
         )
-        result = await self.conn.execute(stmt)
-        if result.rowcount != 1:
+        row: Row[Any] | None = None
+        if event is not None and self.conn.dialect.update_returning:
+            # the event's data comes back with the CAS: no second read
+            row = (await self.conn.execute(stmt.returning(*table.c))).first()
+            if row is None:
+                return False
+        elif (await self.conn.execute(stmt)).rowcount != 1:
             return False
         await self.log(change.entity, change.id, change.frm, change.to, change.reason, change.actor)
         if event is not None:
-            row = (await self.conn.execute(select(table).where(table.c[pk] == change.id))).one()
+            if row is None:  # MariaDB has no UPDATE ... RETURNING
+                row = (await self.conn.execute(select(table).where(table.c[pk] == change.id))).one()
             data = {k: _jsonable(v) for k, v in row._mapping.items()}
             await self.add_event(data["merchant_id"], event, change.id, data)
         return True
@@ -93,32 +172,32 @@ class SqlTx(BalancesTx):
     async def log(
         self, entity: Entity, id: str, frm: str | None, to: str, reason: str, actor: str
     ) -> None:
-        await self.conn.execute(
-            insert(t.transitions).values(
-                entity=entity.value,
-                entity_id=id,
-                from_status=frm,
-                to_status=to,
-                reason=reason[:512],
-                actor=actor[:64],
-                created_at=self.clock.now(),
-            )
+        self._logs.append(
+            {
+                "entity": entity.value,
+                "entity_id": id,
+                "from_status": frm,
+                "to_status": to,
+                "reason": reason[:512],
+                "actor": actor[:64],
+                "created_at": self.clock.now(),
+            }
         )
 
     async def add_event(
         self, merchant_id: str, kind: str, object_id: str, data: dict[str, Any]
     ) -> None:
         now = self.clock.now()
-        await self.conn.execute(
-            insert(t.outbox).values(
-                id=new_id("evt", now),
-                merchant_id=merchant_id,
-                kind=kind,
-                object_id=object_id,
-                data=json.dumps(data, sort_keys=True),
-                next_attempt_at=now,
-                created_at=now,
-            )
+        self._events.append(
+            {
+                "id": new_id("evt", now),
+                "merchant_id": merchant_id,
+                "kind": kind,
+                "object_id": object_id,
+                "data": json.dumps(data, sort_keys=True),
+                "next_attempt_at": now,
+                "created_at": now,
+            }
         )
 
     async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
@@ -284,8 +363,13 @@ async def _get_payment(conn: AsyncConnection, merchant_id: str, biz_no: str) -> 
 class SqlStore(BalancesStore):
     """The Store port over SQLAlchemy Core; the same code on SQLite, PostgreSQL and MariaDB."""
 
-    def __init__(self, engine: AsyncEngine, clock: Clock) -> None:
+    def __init__(
+        self, engine: AsyncEngine, clock: Clock, *, autocommit: AsyncEngine | None = None
+    ) -> None:
         self.engine = engine
+        # statements that stand alone: one round trip each (engine.py); None on SQLite
+        self.autocommit = autocommit
+        self.reads = autocommit or engine
         self.clock = clock
         # SQLite has one writer; waiting writers poll with growing sleeps (its busy handler), so
         # the writers of one process queue here instead, in order and without sleeping.
@@ -296,11 +380,13 @@ class SqlStore(BalancesStore):
         async with self._writers or nullcontext(), self.engine.connect() as conn:
             await conn.execution_options(**{WRITE_OPTION: True})
             async with conn.begin():
-                yield SqlTx(conn, self.clock)
+                tx = SqlTx(conn, self.clock)
+                yield tx
+                await tx.flush()
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             yield conn
 
     async def get_payment(self, merchant_id: str, biz_no: str) -> Payment | None:
@@ -326,6 +412,15 @@ class SqlStore(BalancesStore):
         async with self._read() as conn:
             rows = (await conn.execute(q)).all()
         return PaymentView(payment, tuple(to_instruction(r) for r in rows))
+
+    async def find_view(self, merchant_id: str, biz_no: str) -> PaymentView | None:
+        params = {"merchant_id": merchant_id, "biz_no": biz_no}
+        async with self._read() as conn:
+            return to_view((await conn.execute(_VIEW_BY_BIZ_NO, params)).all())
+
+    async def view_by_id(self, payment_id: str) -> PaymentView | None:
+        async with self._read() as conn:
+            return to_view((await conn.execute(_VIEW_BY_ID, {"payment_id": payment_id})).all())
 
     async def get_instruction(self, request_id: str) -> Instruction | None:
         q = select(t.instructions).where(t.instructions.c.request_id == request_id)
