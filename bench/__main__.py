@@ -24,11 +24,30 @@ from bench.figures import Section
 from bench.profile import BIG_GROWTH, FULL, QUICK
 
 RESULTS = Path(__file__).parent / "results"
-NAMES = ("sql_floor", "first_charges", "replays", "storm", "overhead", "growth", "reconciliation")
+NAMES = (
+    "sql_floor",
+    "first_charges",
+    "replays",
+    "storm",
+    "overhead",
+    "growth",
+    "reconciliation",
+    "worker",
+    "peer",
+)
 
 
 def _scenarios(only: set[str]) -> list[tuple[str, Callable[[Context], Section]]]:
-    from bench.scenarios import growth, http, overhead, reconciliation, sql_floor, storm
+    from bench.scenarios import (
+        growth,
+        http,
+        overhead,
+        peer,
+        reconciliation,
+        sql_floor,
+        storm,
+        worker,
+    )
 
     chosen: list[tuple[str, Callable[[Context], Section]]] = []
     if "sql_floor" in only:
@@ -44,6 +63,8 @@ def _scenarios(only: set[str]) -> list[tuple[str, Callable[[Context], Section]]]
             ("overhead", overhead),
             ("growth", growth),
             ("reconciliation", reconciliation),
+            ("worker", worker),
+            ("peer", peer),
         )
         if n in only
     ]

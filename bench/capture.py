@@ -2,9 +2,11 @@
 
 One keyed `POST /v1/payments` runs in-process (the FastAPI app over httpx's ASGI transport, the
 scripted instant channel) against a fresh PostgreSQL database, after one warm-up charge. SQLAlchemy
-events record, in order, every pool checkout (each one costs a pre-ping round trip), BEGIN, every
-statement with its parameters, and COMMIT / ROLLBACK. `python -m bench.capture` rewrites
-bench/sql/first_charge_*.sql from that capture; `python -m bench` does it on every run.
+events on both of idempay's pools (transactions, and autocommit for one-statement reads and
+writes) record, in order, every checkout, every statement with its parameters (asyncpg's
+positional `$n`; an executemany becomes the one multi-row INSERT it is on the wire), and COMMIT.
+`python -m bench.capture` rewrites bench/sql/first_charge_*.sql from that capture; `python -m bench`
+does it on every run.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ VARS = {"pay": "bench_pay", "req": "bench_req", "evt": "bench_evt"}
 _ID = re.compile(r"\b(pay|req|evt|mch)_[0-9a-f]{28}\b")
 _HEX64 = re.compile(r"\b[0-9a-f]{64}\b")
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?")
-_PARAM = re.compile(r"%\((\w+)\)s")
+_PARAM = re.compile(r"\$(\d+)")
 
 
 @dataclass
 class Use:
-    """One checkout of a pooled connection: its statements and how it ended."""
+    """One checkout of a pooled connection: its statements and how it ended (`autocommit`: no
+    transaction, each statement is one round trip)."""
 
-    statements: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    statements: list[tuple[str, list[Any]]] = field(default_factory=list)
     end: str = "ROLLBACK"
+    autocommit: bool = False
 
     @property
     def writes(self) -> bool:
@@ -64,7 +68,9 @@ async def capture_uses(database_url: str) -> list[Use]:
     try:
         _, api_key = await bootstrap.create_principal(container.store, "capture", operator=False)
         uses: list[Use] = []
-        _listen(container.engine.sync_engine, uses)
+        _listen(container.engine.sync_engine, uses, autocommit=False)
+        if container.store.autocommit is not None:
+            _listen(container.store.autocommit.sync_engine, uses, autocommit=True)
         transport = httpx.ASGITransport(app=create_app(container))
         async with httpx.AsyncClient(transport=transport, base_url="http://capture") as client:
             for biz_no, key in (("WARMUPBIZ", "WARMUPKEY"), (BIZ_NO, KEY)):
@@ -87,18 +93,21 @@ async def capture_uses(database_url: str) -> list[Use]:
         await container.aclose()
 
 
-def _listen(sync_engine: Any, uses: list[Use]) -> None:
+def _listen(sync_engine: Any, uses: list[Use], *, autocommit: bool) -> None:
+    mine: list[Use] = []  # this pool's current checkout (the two pools' uses interleave)
+
     @event.listens_for(sync_engine.pool, "checkout")
     def _checkout(*_: Any) -> None:
-        uses.append(Use())
+        mine[:] = [Use(autocommit=autocommit)]
+        uses.append(mine[0])
 
     @event.listens_for(sync_engine, "before_cursor_execute")
-    def _sql(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
-        uses[-1].statements.append((statement, dict(params or {})))
+    def _sql(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, many: bool) -> None:
+        mine[0].statements.append(_one_statement(statement, params, many))
 
     @event.listens_for(sync_engine, "commit")
     def _commit(_c: Any) -> None:
-        uses[-1].end = "COMMIT"
+        mine[0].end = "COMMIT"
 
 
 # --- translation to pgbench ----------------------------------------------------------------------
@@ -147,15 +156,31 @@ def _quote(text: str) -> str:
     return "E'" + quoted.replace("\\", "\\\\").replace(":", "\\x3a") + "'"
 
 
-def _statement(sql: str, params: dict[str, Any], t0: datetime) -> str:
-    rendered = _PARAM.sub(lambda m: _literal(params[m.group(1)], t0), sql)
-    return " ".join(rendered.replace("%%", "%").split()) + ";"
+def _one_statement(sql: str, params: Any, many: bool) -> tuple[str, list[Any]]:
+    """(SQL, flat positional parameters). An executemany INSERT is sent by asyncpg in one round
+    trip: it is written as the single multi-row INSERT that does the same work."""
+    if not many:
+        return sql, list(params or ())
+    head, sep, row = sql.partition(" VALUES ")
+    if not sep or not sql.lstrip().upper().startswith("INSERT"):
+        raise ValueError(f"cannot turn an executemany into one statement: {sql[:80]}")
+    width = len(params[0])
+    rows = [
+        _PARAM.sub(lambda m, k=k: f"${int(m.group(1)) + k * width}", row)
+        for k in range(len(params))
+    ]
+    return f"{head} VALUES {', '.join(rows)}", [v for p in params for v in p]
+
+
+def _statement(sql: str, params: list[Any], t0: datetime) -> str:
+    rendered = _PARAM.sub(lambda m: _literal(params[int(m.group(1)) - 1], t0), sql)
+    return " ".join(rendered.split()) + ";"
 
 
 def _first_time(uses: list[Use]) -> datetime:
     for use in uses:
         for _, params in use.statements:
-            for value in params.values():
+            for value in params:
                 if isinstance(value, datetime):
                     return value
     raise ValueError("no timestamp in the captured statements")
@@ -180,21 +205,21 @@ def script(uses: list[Use], *, wire: bool) -> str:
     t0 = _first_time(uses)
     if wire:
         what = (
-            "WIRE: every round trip of the request, reads included: each pool checkout pings\n"
-            "-- (psycopg sends ';', replayed here as SELECT 1), then BEGIN ... COMMIT/ROLLBACK."
+            "WIRE: every round trip of the request, reads included (the autocommit pool's\n"
+            "-- statements stand alone; the transactions' are BEGIN ... COMMIT/ROLLBACK)."
         )
     else:
-        what = "WRITES: the write transactions only (A: create, B: record the answer, C: the key)."
+        what = (
+            "WRITES: the write statements only (A: create, B: record the answer; the key's\n"
+            "-- answer, one autocommit UPDATE)."
+        )
     lines = [HEADER.format(what=what)]
     lines += [f"\\set {var} {RANDOM}" for var in VARS.values()]
     for use in uses:
         if not wire and not use.writes:
             continue
-        if wire:
-            lines.append("SELECT 1;")
-        lines.append("BEGIN;")
-        lines += [_statement(sql, params, t0) for sql, params in use.statements]
-        lines.append(f"{use.end};")
+        statements = [_statement(sql, params, t0) for sql, params in use.statements]
+        lines += statements if use.autocommit else ["BEGIN;", *statements, f"{use.end};"]
     return "\n".join(lines) + "\n"
 
 
@@ -213,16 +238,19 @@ class Captured:
     round_trips: dict[str, int]
 
 
+def _trips(use: Use) -> int:
+    return len(use.statements) + (0 if use.autocommit else 2)  # + BEGIN, COMMIT/ROLLBACK
+
+
 def round_trips(uses: list[Use]) -> dict[str, int]:
-    statements = sum(len(u.statements) for u in uses)
     written = [u for u in uses if u.writes]
     return {
         "checkouts": len(uses),
-        "statements": statements,
-        "write_transactions": len(written),
+        "statements": sum(len(u.statements) for u in uses),
+        "write_transactions": sum(1 for u in written if not u.autocommit),
         "write_statements": sum(len(u.statements) for u in written),
-        "wire_round_trips": statements + 3 * len(uses),  # + ping, BEGIN, COMMIT/ROLLBACK
-        "writes_round_trips": sum(len(u.statements) + 2 for u in written),
+        "wire_round_trips": sum(_trips(u) for u in uses),
+        "writes_round_trips": sum(_trips(u) for u in written),
     }
 
 

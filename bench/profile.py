@@ -25,6 +25,10 @@ class Profile:
     growth_s: float
     growth_concurrency: int
     recon_lines: int
+    worker_instructions: int  # UNKNOWN instructions per worker run
+    worker_processes: tuple[int, ...]  # cases: this many `idempay worker` processes
+    peer_new_s: float  # peer: seconds of new-key calls per case and run (repeats: peer_repeat_s)
+    peer_repeat_s: float
 
     def with_runs(self, runs: int | None) -> Profile:
         return self if runs is None else replace(self, runs=runs)
@@ -54,7 +58,11 @@ FULL = Profile(
     growth_points=(0, 1_000_000),
     growth_s=2.0,
     growth_concurrency=8,
-    recon_lines=10_000,
+    recon_lines=100_000,
+    worker_instructions=10_000,
+    worker_processes=(1,),  # (1, 2) adds a case with 2 processes: minutes more
+    peer_new_s=2.0,
+    peer_repeat_s=1.0,
 )
 
 QUICK = Profile(
@@ -75,6 +83,10 @@ QUICK = Profile(
     growth_s=0.6,
     growth_concurrency=8,
     recon_lines=1_000,
+    worker_instructions=500,
+    worker_processes=(1,),
+    peer_new_s=0.5,
+    peer_repeat_s=0.3,
 )
 
 BIG_GROWTH = (0, 1_000_000, 10_000_000)

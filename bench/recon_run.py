@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,13 +68,19 @@ async def _populate(container: bootstrap.Container, channel: ScriptedChannel, n:
                 attempt=1,
                 stale_pending_s=30,
             )
-            payments.append(asdict(p))
-            instructions.append({**asdict(ins), "status": InstructionStatus.SUCCESS})
+            payments.append(_row(p))
+            instructions.append({**_row(ins), "status": InstructionStatus.SUCCESS})
             op = ChannelOp(ins.request_id, OpKind.PAY, p.id, p.amount, "CNY", None)
             await channel.execute(op)
         async with container.store.begin() as tx:
             await tx.conn.execute(insert(t.payments), payments)
             await tx.conn.execute(insert(t.instructions), instructions)
+
+
+def _row(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields, shallow: `dataclasses.asdict` deep-copies every value, which took
+    70% of the setup at 100,000 lines."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 async def _baseline(container: bootstrap.Container, channel: ScriptedChannel, day: Any) -> float:
