@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select, tuple_, update
+from sqlalchemy import Row, bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -22,11 +22,24 @@ from idempay.storage.store import SqlTx
 _COLS = [f.name for f in fields(IdempotencyRecord)]
 _k = t.idempotency_keys
 _c = _k.c
+# built once: every keyed request runs these (a statement built per call costs as much CPU as
+# running it)
+_GET = select(_k).where(_c.merchant_id == bindparam("m"), _c.key == bindparam("k"))
+_INSERT = insert(_k)
+_COMPLETE = (
+    update(_k)
+    .where(_c.merchant_id == bindparam("m"), _c.key == bindparam("k"), _c.response_status.is_(None))
+    .values(response_status=bindparam("v_status"), response_body=bindparam("v_body"))
+)
 
 
 def _record(row: Row[Any]) -> IdempotencyRecord:
     m = row._mapping
     return IdempotencyRecord(**{c: m[c] for c in _COLS})
+
+
+def _params(record: IdempotencyRecord) -> dict[str, Any]:
+    return {c: getattr(record, c) for c in _COLS}
 
 
 def _conn(tx: Tx) -> AsyncConnection:
@@ -46,30 +59,25 @@ class SqlIdempotencyRecords:
         self.autocommit = autocommit
 
     async def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
-        q = select(_k).where(_c.merchant_id == merchant_id, _c.key == key)
         async with (self.autocommit or self.engine).connect() as conn:
-            row = (await conn.execute(q)).first()
+            row = (await conn.execute(_GET, {"m": merchant_id, "k": key})).first()
         return _record(row) if row else None
 
     async def claim(self, tx: Tx, record: IdempotencyRecord) -> None:
         try:
-            await _conn(tx).execute(insert(_k).values(**asdict(record)))
+            await _conn(tx).execute(_INSERT, _params(record))
         except IntegrityError as e:
             raise DuplicateKey("idempotency_key") from e
 
     async def complete(self, merchant_id: str, key: str, status: int, body: str) -> bool:
-        stmt = (
-            update(_k)
-            .where(_c.merchant_id == merchant_id, _c.key == key, _c.response_status.is_(None))
-            .values(response_status=status, response_body=body)
-        )
+        params = {"m": merchant_id, "k": key, "v_status": status, "v_body": body}
         async with self._one_write() as conn:
-            return bool((await conn.execute(stmt)).rowcount == 1)
+            return bool((await conn.execute(_COMPLETE, params)).rowcount == 1)
 
     async def remember(self, record: IdempotencyRecord) -> bool:
         try:
             async with self._one_write() as conn:
-                await conn.execute(insert(_k).values(**asdict(record)))
+                await conn.execute(_INSERT, _params(record))
         except IntegrityError:
             return False
         return True
