@@ -170,8 +170,9 @@ def _figures(
         f"each worker run: a fresh database; the worker process(es) started and idle "
         f"(IDEMPAY_WORKER_POLL_MS={WORKER_POLL_MS}); {n:,} payments + instructions, UNKNOWN and "
         "due, written by one COPY; timed from its commit to the last payment's update. A worker "
-        f"claims {CONCURRENCY} (ResolutionPolicy.batch), queries them at once, applies each "
-        "answer in its own transaction, then delivers the webhooks due (SKIPPED: no notify_url) "
+        f"claims {CONCURRENCY} (ResolutionPolicy.batch), queries them at once, records the "
+        "answers in one transaction (one instruction per payment per transaction, each through "
+        "apply_outcome), then marks the webhooks due SKIPPED (no notify_url) in one statement "
         "before it claims again.",
     ]
 

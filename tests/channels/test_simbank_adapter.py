@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from idempay.channels.errors import ChannelRejected
-from idempay.channels.simbank import SimbankChannel
+from idempay.channels.simbank import LANES, SimbankChannel
 from idempay.config import ConfigError, Settings
 from idempay.domain.errors import Declined, NotSent, OutcomeUnknown
 from idempay.domain.model import OpKind
@@ -149,6 +149,40 @@ async def test_a_truncated_body_on_the_wire_is_outcome_unknown() -> None:
         server.close()
 
 
+async def test_concurrent_requests_are_spread_over_the_channels_small_clients() -> None:
+    """httpcore's pool costs CPU per request in proportion to the requests on its client: 48 at
+    once go 3 to each of the 16 lanes (and each still gets its own answer)."""
+    n, arrived, release = 3 * LANES, asyncio.Event(), asyncio.Event()
+    held: list[str] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_id = head.split(b" ")[1].rsplit(b"/", 1)[1].decode()  # GET /bank/pay/{id}
+        held.append(request_id)
+        if len(held) == n:
+            arrived.set()
+        await release.wait()
+        body = json.dumps({"request_id": request_id, "status": "SUCCESS"}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    channel = SimbankChannel("simbank", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        queries = [asyncio.create_task(channel.query(OpKind.PAY, f"req_{i}")) for i in range(n)]
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert channel._busy == [3] * LANES
+        release.set()
+        answers = await asyncio.gather(*queries)
+        assert [a.request_id for a in answers] == [f"req_{i}" for i in range(n)]
+        assert {a.status for a in answers} == {ChannelStatus.SUCCESS}
+        assert channel._busy == [0] * LANES
+    finally:
+        await channel.aclose()
+        server.close()
+
+
 async def test_execute_sends_the_documented_wire_body(mocked: Any) -> None:
     seen: list[httpx.Request] = []
     op = ChannelOp("req_1", OpKind.SPLIT, "pay_1", 3000, "CNY", "http://me/notify", "distributor-7")
@@ -195,8 +229,8 @@ async def test_from_settings_reads_base_url_secret_and_timeout() -> None:
     default = SimbankChannel.from_settings("bank", {"base_url": "http://x"}, settings)
     try:
         assert (channel.name, channel.base_url) == ("bank", "http://127.0.0.1:8765")
-        assert channel._client.timeout.read == 1.5
-        assert default._client.timeout.read == 7.0
+        assert channel._lanes[0].timeout.read == 1.5
+        assert default._lanes[0].timeout.read == 7.0
     finally:
         await channel.aclose()
         await default.aclose()

@@ -8,12 +8,15 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
+from sqlalchemy import event, func, select
 
 from idempay import bootstrap
 from idempay.channels.scripted import Behavior, ScriptedChannel
 from idempay.clock import ManualClock
+from idempay.storage import tables as t
 from tests.integration.settlement_helpers import Wrapped, build, cmd
 
 
@@ -85,5 +88,49 @@ async def test_events_are_delivered_signed_in_order_and_retried(
         sig, hmac.new(key, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     )
     assert headers["Idempay-Event-Id"] == events[0]["event_id"]
+    await parts.sender.aclose()
+    await c.aclose()
+
+
+async def test_events_without_a_notify_url_are_skipped_together_and_none_is_lost(
+    database_url: str, receiver: Receiver
+) -> None:
+    clock = ManualClock()
+    inner = ScriptedChannel("scripted", default=Behavior.HALF_OPEN)
+    c = await build(database_url, Wrapped(inner), clock)
+    merchant, _ = await bootstrap.create_principal(c.store, "acme", operator=False)
+    for i in range(6):
+        await c.payments.charge(merchant, cmd(f"PAY_{i}"))
+    await c.payments.charge(merchant, cmd("PAY_HOOK", notify_url=receiver.url))
+    clock.advance(3)
+    parts = bootstrap.build_worker(c, "w")
+    await parts.resolver.run_once()  # each payment: payment.unknown, then payment.success
+    finishing: list[str] = []
+
+    def on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE OUTBOX SET STATUS"):
+            finishing.append(statement)
+
+    for engine in (c.engine, c.store.autocommit):
+        if engine is not None:
+            event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    rounds = 0
+    while await parts.outbox.deliver_due():
+        rounds += 1
+    assert rounds == 2  # the unknowns, then the successes (in order per payment)
+    assert len(finishing) == 2 * (1 + 1)  # per round: the 6 skipped together, the 1 delivered
+    for i in range(6):
+        payment_id = (await c.payments.get(merchant, f"PAY_{i}")).payment.id
+        events = await c.store.events_for(payment_id)
+        assert [(e["kind"], e["status"]) for e in events] == [
+            ("payment.unknown", "SKIPPED"),
+            ("payment.success", "SKIPPED"),
+        ]
+        assert all(e["attempts"] == 0 and e["last_error"] == "no notify_url" for e in events)
+        assert all(e["next_attempt_at"] is None for e in events)
+    assert [e["type"] for e in receiver.events()] == ["payment.unknown", "payment.success"]
+    async with c.engine.connect() as conn:
+        leased = select(func.count()).where(t.outbox.c.lease_until.is_not(None))
+        assert (await conn.execute(leased)).scalar_one() == 0
     await parts.sender.aclose()
     await c.aclose()

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from idempay import bootstrap
 from idempay.channels.scripted import Behavior, ScriptedChannel
@@ -110,6 +110,31 @@ async def test_an_unknown_refund_keeps_its_reservation_until_resolved(
     await bootstrap.build_worker(c, "w").resolver.run_once()
     assert (await refunds.get(paid, "RF_1")).refund.status == "SUCCESS"
     assert await balances(c, paid) == (6000, 0, 0)
+
+
+async def test_two_unknown_refunds_of_one_payment_in_one_batch_are_recorded_one_after_the_other(
+    c: bootstrap.Container, paid: str, inner: ScriptedChannel, clock: ManualClock
+) -> None:
+    """A batch's transaction takes one instruction per payment (each payment's rows locked once,
+    right after its instruction, as callbacks lock them): the second refund comes next."""
+    refunds, _ = services(c)
+    inner.plan(Behavior.HALF_OPEN, Behavior.HALF_OPEN)
+    for refund_no, amount in (("RF_1", 6000), ("RF_2", 3000)):
+        assert (
+            await refunds.create(paid, RefundCommand(refund_no, "PAY_1", amount))
+        ).view.refund.status == "UNKNOWN"
+    clock.advance(5)
+    begun = [0]
+
+    def on_begin(_conn: object) -> None:
+        begun[0] += 1
+
+    event.listen(c.engine.sync_engine, "begin", on_begin)
+    assert await bootstrap.build_worker(c, "w").resolver.run_once() == 2
+    assert begun == [1 + 2]  # the claim, then one transaction per refund of the payment
+    for refund_no in ("RF_1", "RF_2"):
+        assert (await refunds.get(paid, refund_no)).refund.status == "SUCCESS"
+    assert await balances(c, paid) == (9000, 0, 0)
 
 
 async def test_refunds_and_splits_need_a_paid_payment(

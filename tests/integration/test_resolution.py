@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import event, update
+from structlog.testing import capture_logs
 
 from idempay import bootstrap
 from idempay.channels.scripted import Behavior, ScriptedChannel
 from idempay.clock import ManualClock
 from idempay.domain.states import Entity
 from idempay.services.reviews import Reviews
+from idempay.storage import tables as t
 from tests.integration.settlement_helpers import (
     Crash,
     Wrapped,
@@ -179,3 +182,94 @@ async def test_a_stale_answer_from_a_worker_whose_lease_expired_is_not_applied(
     log = await c.store.transition_log(Entity.INSTRUCTION, ins.request_id)
     assert [r["to_status"] for r in log].count("SUCCESS") == 1
     assert log[-1]["actor"].startswith("worker:B")
+
+
+def count_transactions(c: bootstrap.Container) -> list[int]:
+    """How many transactions the container's store begins from now on (one-element list)."""
+    begun = [0]
+
+    def on_begin(_conn: object) -> None:
+        begun[0] += 1
+
+    event.listen(c.engine.sync_engine, "begin", on_begin)
+    return begun
+
+
+async def test_a_claimed_batch_is_recorded_in_one_transaction(
+    c: bootstrap.Container, merchant: str, inner: ScriptedChannel, clock: ManualClock
+) -> None:
+    inner.default = Behavior.HALF_OPEN
+    for i in range(4):
+        await c.payments.charge(merchant, cmd(f"PAY_{i}"))
+    inner.default = Behavior.PENDING
+    await c.payments.charge(merchant, cmd("PAY_PENDING"))  # the channel is still at it
+    clock.advance(3)
+    begun = count_transactions(c)
+    assert await resolver(c).run_once() == 5
+    assert begun == [2]  # the claim, then every answer together (not one per instruction)
+    for i in range(4):
+        assert await status(c, merchant, f"PAY_{i}") == ("SUCCESS", "SUCCESS")
+    [pending] = (await c.payments.get(merchant, "PAY_PENDING")).instructions
+    assert (pending.status, pending.query_count, pending.lease_owner) == ("PROCESSING", 1, None)
+    assert pending.last_error == "channel: still processing"
+
+
+async def test_one_instruction_that_cannot_be_recorded_does_not_lose_the_others(
+    c: bootstrap.Container, merchant: str, inner: ScriptedChannel, clock: ManualClock
+) -> None:
+    inner.default = Behavior.HALF_OPEN
+    for biz_no in ("PAY_A", "PAY_B", "PAY_C"):
+        await c.payments.charge(merchant, cmd(biz_no))
+    async with c.engine.begin() as conn:  # a defect: B's payment moved without its instruction
+        await conn.execute(
+            update(t.payments).where(t.payments.c.biz_no == "PAY_B").values(status="FAILED")
+        )
+    clock.advance(3)
+    begun = count_transactions(c)
+    with capture_logs() as logs:
+        assert await resolver(c).run_once() == 3  # no exception: the batch is retried one by one
+    assert begun == [1 + 1 + 3]  # the claim, the batch (rolled back), each on its own
+    assert await status(c, merchant, "PAY_A") == ("SUCCESS", "SUCCESS")
+    assert await status(c, merchant, "PAY_C") == ("SUCCESS", "SUCCESS")
+    [b] = (await c.payments.get(merchant, "PAY_B")).instructions
+    assert (b.status, b.query_count, b.lease_owner) == ("UNKNOWN", 0, "w1")  # held till its lease
+    failed = [e for e in logs if e["event"] == "resolution.record_failed"]
+    assert [e["request_id"] for e in failed] == [b.request_id]
+    applied = [e for e in logs if e["event"] == "resolution.applied"]
+    assert len(applied) == 2 and all(e["result"] == "APPLIED" for e in applied)
+
+
+async def test_a_stale_batch_from_a_worker_whose_lease_expired_changes_nothing(
+    c: bootstrap.Container,
+    merchant: str,
+    inner: ScriptedChannel,
+    wrapped: Wrapped,
+    clock: ManualClock,
+) -> None:
+    """A hears every answer of its batch, stalls; B takes the batch over and records it; A's
+    batch then comes in: not one write, not one transition more."""
+    inner.default = Behavior.HALF_OPEN
+    for i in range(3):
+        await c.payments.charge(merchant, cmd(f"PAY_{i}"))
+    inner.default = Behavior.PENDING
+    await c.payments.charge(merchant, cmd("PAY_3"))
+    clock.advance(3)
+    gate = wrapped.query_gate = asyncio.Event()
+    a = asyncio.create_task(resolver(c, "A").run_once())
+    while len(wrapped.queries) < 4:
+        await asyncio.sleep(0.01)
+    clock.advance(61)  # A's lease is over
+    wrapped.query_gate = None
+    assert await resolver(c, "B").run_once() == 4
+    views = [await c.payments.get(merchant, f"PAY_{i}") for i in range(4)]
+    after_b = [await c.store.get_instruction(v.instructions[0].request_id) for v in views]
+    with capture_logs() as logs:
+        gate.set()
+        assert await a == 4
+    assert [await c.store.get_instruction(v.instructions[0].request_id) for v in views] == after_b
+    for view in views[:3]:
+        log = await c.store.transition_log(Entity.INSTRUCTION, view.instructions[0].request_id)
+        assert [r["to_status"] for r in log].count("SUCCESS") == 1
+        assert log[-1]["actor"] == "worker:B"
+    results = sorted(e.get("result", e["event"]) for e in logs if e["event"].startswith("res"))
+    assert results == ["SAME", "SAME", "SAME", "resolution.stale_answer_dropped"]

@@ -17,6 +17,7 @@ import structlog
 from idempay.domain.ports import Clock, WorkQueue
 
 log = structlog.get_logger(__name__)
+NO_URL = "no notify_url"
 
 PUBLIC_FIELDS = (
     "id",
@@ -40,6 +41,12 @@ class WebhookSender(Protocol):
         ...
 
 
+class EventQueue(WorkQueue, Protocol):
+    async def skip_events(self, seqs: list[int], *, error: str) -> int:
+        """Mark these PENDING events SKIPPED, together; the number marked."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class OutboxPolicy:
     """Retries after 5 s, 30 s, 1, 5, 15, 30 min, then hourly; given up after 24 attempts."""
@@ -50,6 +57,10 @@ class OutboxPolicy:
     batch: int = 100
 
 
+def _has_notify_url(event: dict[str, Any]) -> bool:
+    return bool(json.loads(event["data"]).get("notify_url"))
+
+
 def sign(key: str, timestamp: int, body: bytes) -> str:
     """HMAC-SHA256 over "{timestamp}.{body}"; the key is SHA-256 hex of the merchant's API key."""
     return hmac.new(key.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
@@ -58,7 +69,7 @@ def sign(key: str, timestamp: int, body: bytes) -> str:
 class Outbox:
     def __init__(
         self,
-        queue: WorkQueue,
+        queue: EventQueue,
         sender: WebhookSender,
         clock: Clock,
         policy: OutboxPolicy | None = None,
@@ -72,7 +83,12 @@ class Outbox:
         by_object: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for e in events:
             by_object[e["object_id"]].append(e)
-        await asyncio.gather(*(self._deliver_in_order(evs) for evs in by_object.values()))
+        skip: list[int] = []  # an object's first events without a notify_url: nowhere to go
+        for evs in by_object.values():
+            while evs and not _has_notify_url(evs[0]):
+                skip.append(evs.pop(0)["seq"])
+        await self.queue.skip_events(skip, error=NO_URL)  # together, in one statement
+        await asyncio.gather(*(self._deliver_in_order(evs) for evs in by_object.values() if evs))
         return len(events)
 
     async def _deliver_in_order(self, events: list[dict[str, Any]]) -> None:
@@ -83,12 +99,12 @@ class Outbox:
     async def _deliver(self, e: dict[str, Any]) -> bool:
         data = json.loads(e["data"])
         url = data.get("notify_url")
-        if not url:
+        if not url:  # after an event of its object that had one (deliver_due skips the others)
             await self.queue.finish_event(
                 e["seq"],
                 status="SKIPPED",
                 attempts=e["attempts"],
-                error="no notify_url",
+                error=NO_URL,
                 next_attempt_at=None,
             )
             return True

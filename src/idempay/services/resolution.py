@@ -4,9 +4,11 @@ asking the channel about the same request_id — never by sending again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 import structlog
 
@@ -18,6 +20,7 @@ from idempay.domain.ports import (
     Clock,
     Discrepancy,
     Store,
+    Tx,
     WorkQueue,
 )
 from idempay.domain.states import InstructionStatus
@@ -25,6 +28,28 @@ from idempay.services.outcomes import Applied, Evidence, apply_outcome
 
 log = structlog.get_logger(__name__)
 I = InstructionStatus
+Note = tuple[str, dict[str, Any]] | None  # a log line to write once the transaction commits
+
+
+class ResolutionQueue(WorkQueue, Protocol):
+    async def close_reviews(
+        self, tx: Tx, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
+    ) -> int:
+        """`tx.close_review` of each of `request_ids`, in one statement of `tx`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What asking the channel about one instruction found: an `answer` to apply (learned by
+    `how`: "query" or "close"), or, without one, `why` to ask again later (`at`, or after the
+    backoff)."""
+
+    ins: Instruction
+    answer: ChannelAnswer | None = None
+    how: str = "query"
+    why: str = ""
+    at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +85,7 @@ class Resolver:
     def __init__(
         self,
         store: Store,
-        queue: WorkQueue,
+        queue: ResolutionQueue,
         channels: Mapping[str, Channel],
         clock: Clock,
         worker_id: str,
@@ -85,22 +110,23 @@ class Resolver:
             sweep_before=sweep_before,
             favour=self.hot_merchants(),
         )
-        await asyncio.gather(*(self.resolve(ins) for ins in batch))
+        if batch:
+            await self.record(await asyncio.gather(*(self.find(ins) for ins in batch)))
         return len(batch)
 
-    async def resolve(self, ins: Instruction) -> str:
-        """Query once and act on the answer; returns what happened (for logs and tests)."""
+    async def find(self, ins: Instruction) -> Finding:
+        """Ask the channel once (and close a request it never received): what to record."""
         channel = self.channels.get(ins.channel)
         if channel is None:
-            return await self._reschedule(ins, f"channel {ins.channel} is not configured")
+            return Finding(ins, why=f"channel {ins.channel} is not configured")
         answer, error = await self._ask(channel.query(OpKind(ins.kind), ins.request_id))
         if answer is None:
-            return await self._reschedule(ins, f"query failed: {error}")
+            return Finding(ins, why=f"query failed: {error}")
         if answer.status in (ChannelStatus.SUCCESS, ChannelStatus.FAILED):
-            return await self._apply(ins, answer, "query")
+            return Finding(ins, answer)
         if answer.status in (ChannelStatus.NOT_FOUND, ChannelStatus.CLOSED):
             return await self._not_found(channel, ins)
-        return await self._reschedule(ins, "channel: still processing")
+        return Finding(ins, why="channel: still processing")
 
     async def _ask(self, call: Awaitable[ChannelAnswer]) -> tuple[ChannelAnswer | None, str | None]:
         try:
@@ -109,30 +135,82 @@ class Resolver:
         except Exception as e:  # any failure to learn the outcome just means "ask again later"
             return None, (str(e) or type(e).__name__)[:200]
 
-    async def _not_found(self, channel: Channel, ins: Instruction) -> str:
+    async def _not_found(self, channel: Channel, ins: Instruction) -> Finding:
         age = (self.clock.now() - ins.created_at).total_seconds()
         if age < self.policy.not_found_grace_s:
             at = ins.created_at + timedelta(seconds=self.policy.not_found_grace_s)
-            return await self._reschedule(ins, "channel: not found (within grace)", at=at)
+            return Finding(ins, why="channel: not found (within grace)", at=at)
         closed, error = await self._ask(channel.close(OpKind(ins.kind), ins.request_id))
         if closed is None:
-            return await self._reschedule(ins, f"close failed: {error}")
+            return Finding(ins, why=f"close failed: {error}")
         if closed.status in (ChannelStatus.CLOSED, ChannelStatus.FAILED):
             failed = ChannelAnswer(
                 ins.request_id, ChannelStatus.FAILED, reason="never received; closed"
             )
-            return await self._apply(ins, failed, "close")
+            return Finding(ins, failed, how="close")
         if closed.status is ChannelStatus.SUCCESS:  # it executed after all: closing was too late
-            return await self._apply(ins, closed, "close")
-        return await self._reschedule(ins, f"close answered {closed.status}")
+            return Finding(ins, closed, how="close")
+        return Finding(ins, why=f"close answered {closed.status}")
 
-    async def _apply(self, ins: Instruction, answer: ChannelAnswer, how: str) -> str:
+    async def record(self, findings: Sequence[Finding]) -> None:
+        """Record findings, many per transaction, each exactly as in a transaction of its own
+        (apply_outcome; every write conditional on the status seen and on this worker's lease).
+
+        A transaction takes its findings in payment order and at most one per payment: it locks
+        each payment's rows once, right after that payment's instruction, as the one-instruction
+        transactions of callbacks, charges and reconciliation do, so it cannot deadlock with
+        them nor with another worker's batch. A rare second live instruction of the same payment
+        (two refunds, say) goes into the next transaction."""
+        rounds: list[list[Finding]] = []
+        seen: Counter[str] = Counter()
+        for f in sorted(findings, key=lambda x: (x.ins.payment_id, x.ins.request_id)):
+            n = seen[f.ins.payment_id]  # this payment's findings before this one
+            seen[f.ins.payment_id] += 1
+            if n == len(rounds):
+                rounds.append([])
+            rounds[n].append(f)
+        for together in rounds:
+            await self._record_together(together)
+
+    async def _record_together(self, findings: list[Finding]) -> None:
+        """In one transaction; if it fails (an unexpected InvalidState, a lost connection), each
+        finding in its own instead: one instruction's failure cannot lose the others' outcomes.
+        One that fails again is logged and keeps its lease: asked again once the lease is over."""
+        try:
+            async with self.store.begin() as tx:
+                notes = await self._write_all(tx, findings)
+        except Exception:
+            log.warning("resolution.batch_failed", size=len(findings), exc_info=True)
+            notes = []
+            for f in findings:
+                try:
+                    async with self.store.begin() as tx:
+                        mine = await self._write_all(tx, [f])
+                    notes += mine
+                except Exception:
+                    log.exception("resolution.record_failed", request_id=f.ins.request_id)
+        for note in notes:  # once committed
+            if note is not None:
+                log.info(note[0], **note[1])
+
+    async def _write_all(self, tx: Tx, findings: Sequence[Finding]) -> list[Note]:
+        """Each finding in turn, then the review items of those resolved closed together."""
+        resolved: dict[tuple[str, str], list[str]] = defaultdict(list)  # (outcome, how) -> ids
+        notes = [await self._write(tx, f, resolved) for f in findings]
+        for (outcome, how), ids in resolved.items():
+            await self.queue.close_reviews(tx, ids, outcome, f"resolved by {how}", self.actor)
+        return notes
+
+    async def _write(self, tx: Tx, f: Finding, resolved: dict[tuple[str, str], list[str]]) -> Note:
+        if f.answer is None:
+            return await self._reschedule(tx, f.ins, f.why, at=f.at)
+        ins, answer, how = f.ins, f.answer, f.how
         if answer.amount is not None and (answer.amount, answer.currency) != (
             ins.amount,
             ins.currency,
         ):
-            await self._record_mismatch(ins, answer)
-            return await self._reschedule(ins, "channel reported another amount", review=True)
+            await tx.add_discrepancy(self._mismatch(ins, answer))
+            return await self._reschedule(tx, ins, "channel reported another amount", review=True)
         outcome = I.SUCCESS if answer.status is ChannelStatus.SUCCESS else I.FAILED
         reason = f"{how}: channel says {answer.status}" + (
             f" ({answer.reason})" if answer.reason else ""
@@ -145,25 +223,28 @@ class Resolver:
             {"query_count": ins.query_count + 1},
             {"lease_owner": self.worker_id},
         )
-        async with self.store.begin() as tx:
-            applied, now = await apply_outcome(tx, ins, ev)
-            if applied in (Applied.APPLIED, Applied.SAME):
-                await tx.close_review(ins.request_id, outcome, f"resolved by {how}", self.actor)
-            if applied is Applied.CONFLICT:
-                await tx.add_discrepancy(self._contradiction(ins, now, answer))
-        log.info(
-            "resolution.applied",
-            request_id=ins.request_id,
-            merchant_id=ins.merchant_id,
-            outcome=outcome,
-            result=applied,
-            source=how,
-        )
-        return f"{applied}:{outcome}"
+        applied, now = await apply_outcome(tx, ins, ev)
+        if applied in (Applied.APPLIED, Applied.SAME):  # its review item, if any, is closed
+            resolved[outcome, how].append(ins.request_id)
+        if applied is Applied.CONFLICT:
+            await tx.add_discrepancy(self._contradiction(ins, now, answer))
+        return "resolution.applied", {
+            "request_id": ins.request_id,
+            "merchant_id": ins.merchant_id,
+            "outcome": outcome,
+            "result": applied,
+            "source": how,
+        }
 
     async def _reschedule(
-        self, ins: Instruction, why: str, *, at: datetime | None = None, review: bool = False
-    ) -> str:
+        self,
+        tx: Tx,
+        ins: Instruction,
+        why: str,
+        *,
+        at: datetime | None = None,
+        review: bool = False,
+    ) -> Note:
         count = ins.query_count + 1
         urgent = self.policy.urgent(ins.amount, self.unknown_rates.get(ins.merchant_id, 0.0))
         delay = self.policy.delay_after(count, urgent=urgent)
@@ -175,17 +256,15 @@ class Resolver:
             "lease_owner": None,
             "lease_until": None,
         }
-        async with self.store.begin() as tx:
-            mine = await tx.touch_instruction(
-                ins.request_id, ins.status, {"lease_owner": self.worker_id}, values
-            )
-            if mine and (review or count >= self.policy.max_queries):
-                reason = why if review else f"unresolved after {count} queries: {why}"
-                await tx.open_review(ins, reason)
+        mine = await tx.touch_instruction(
+            ins.request_id, ins.status, {"lease_owner": self.worker_id}, values
+        )
         if not mine:
-            log.info("resolution.stale_answer_dropped", request_id=ins.request_id, why=why)
-            return "lost-lease"
-        return "rescheduled"
+            return "resolution.stale_answer_dropped", {"request_id": ins.request_id, "why": why}
+        if review or count >= self.policy.max_queries:
+            reason = why if review else f"unresolved after {count} queries: {why}"
+            await tx.open_review(ins, reason)
+        return None
 
     def _contradiction(
         self, ins: Instruction, now: Instruction, answer: ChannelAnswer
@@ -202,18 +281,15 @@ class Resolver:
             remote={"status": answer.status},
         )
 
-    async def _record_mismatch(self, ins: Instruction, answer: ChannelAnswer) -> None:
-        async with self.store.begin() as tx:
-            await tx.add_discrepancy(
-                Discrepancy(
-                    dedupe_key=f"query-amount:{ins.request_id}",
-                    source="query",
-                    cls="AMOUNT_MISMATCH",
-                    channel=ins.channel,
-                    request_id=ins.request_id,
-                    merchant_id=ins.merchant_id,
-                    payment_id=ins.payment_id,
-                    local={"amount": ins.amount, "currency": ins.currency},
-                    remote={"amount": answer.amount, "currency": answer.currency},
-                )
-            )
+    def _mismatch(self, ins: Instruction, answer: ChannelAnswer) -> Discrepancy:
+        return Discrepancy(
+            dedupe_key=f"query-amount:{ins.request_id}",
+            source="query",
+            cls="AMOUNT_MISMATCH",
+            channel=ins.channel,
+            request_id=ins.request_id,
+            merchant_id=ins.merchant_id,
+            payment_id=ins.payment_id,
+            local={"amount": ins.amount, "currency": ins.currency},
+            remote={"amount": answer.amount, "currency": answer.currency},
+        )

@@ -7,6 +7,8 @@ IMMEDIATE), so the lease alone does the same job.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,9 +17,10 @@ from sqlalchemy import Select, and_, case, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from idempay.domain.model import Instruction
+from idempay.domain.ports import Tx
 from idempay.domain.states import LIVE_INSTRUCTION, InstructionStatus
 from idempay.storage import tables as t
-from idempay.storage.store import SqlStore, to_instruction
+from idempay.storage.store import SqlStore, SqlTx, to_instruction
 
 
 def _lockable(q: Select[Any], conn: AsyncConnection) -> Select[Any]:
@@ -137,8 +140,57 @@ async def finish_event(
     }
     if status == "DELIVERED":
         values["delivered_at"] = now
-    async with store.begin() as tx:
-        await tx.conn.execute(update(t.outbox).where(t.outbox.c.seq == seq).values(**values))
+    async with _one_statement(store) as conn:
+        await conn.execute(update(t.outbox).where(t.outbox.c.seq == seq).values(**values))
+
+
+async def skip_events(store: SqlStore, seqs: list[int], *, error: str) -> int:
+    """Mark PENDING events SKIPPED (nowhere to deliver them) in one statement, their attempts
+    unchanged: what `finish_event(seq, status="SKIPPED", ...)` does to each. The number marked."""
+    if not seqs:
+        return 0
+    o = t.outbox.c
+    stmt = (
+        update(t.outbox)
+        .where(o.seq.in_(seqs), o.status == "PENDING")
+        .values(status="SKIPPED", last_error=error, lease_until=None, next_attempt_at=None)
+    )
+    async with _one_statement(store) as conn:
+        return int((await conn.execute(stmt)).rowcount)
+
+
+async def close_reviews(
+    tx: SqlTx, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
+) -> int:
+    """`tx.close_review` of each of `request_ids` (the same outcome, note and author), in one
+    statement: their open UNRESOLVED review items resolved. The number closed."""
+    if not request_ids:
+        return 0
+    c = t.reviews.c
+    stmt = (
+        update(t.reviews)
+        .where(c.request_id.in_(request_ids), c.kind == "UNRESOLVED", c.status == "OPEN")
+        .values(
+            status="RESOLVED",
+            outcome=outcome,
+            note=note[:1000],
+            resolved_by=resolved_by[:64],
+            resolved_at=tx.clock.now(),
+        )
+    )
+    return int((await tx.conn.execute(stmt)).rowcount)
+
+
+@asynccontextmanager
+async def _one_statement(store: SqlStore) -> AsyncIterator[AsyncConnection]:
+    """A connection for a write that stands alone: autocommit (one round trip, no BEGIN and
+    COMMIT) where there is an autocommit pool, else a transaction of its own (SQLite)."""
+    if store.autocommit is not None:
+        async with store.autocommit.connect() as conn:
+            yield conn
+    else:
+        async with store.begin() as tx:
+            yield tx.conn
 
 
 class SqlWorkQueue:
@@ -188,3 +240,12 @@ class SqlWorkQueue:
             error=error,
             next_attempt_at=next_attempt_at,
         )
+
+    async def skip_events(self, seqs: list[int], *, error: str) -> int:
+        return await skip_events(self.store, seqs, error=error)
+
+    async def close_reviews(
+        self, tx: Tx, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
+    ) -> int:
+        assert isinstance(tx, SqlTx)  # a transaction of self.store
+        return await close_reviews(tx, request_ids, outcome, note, resolved_by)
