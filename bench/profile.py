@@ -1,4 +1,4 @@
-"""How long and how large each scenario runs: the full profile (default, about 10 minutes on the
+"""How long and how large each scenario runs: the full profile (default, about 13 minutes on the
 2-core reference machine) and --quick (about 2 minutes, small counts)."""
 
 from __future__ import annotations
@@ -45,18 +45,18 @@ FULL = Profile(
     name="full",
     runs=3,
     concurrency=(1, 8, 32),
-    floor_s=2,
-    first_s=2.0,
-    replay_s=1.0,
-    warmup_s=1.5,
+    floor_s=1.5,
+    first_s=1.5,
+    replay_s=0.6,
+    warmup_s=1.0,
     http_combos=ALL_COMBOS,
     storm_keys=40,
     storm_fanout=64,
-    storm_s=5.0,
+    storm_s=4.0,
     overhead_concurrency=(1, 8),
-    overhead_s=2.0,
+    overhead_s=1.5,
     growth_points=(0, 1_000_000),
-    growth_s=2.0,
+    growth_s=1.5,
     growth_concurrency=8,
     recon_lines=100_000,
     worker_instructions=10_000,
