@@ -64,10 +64,10 @@ async def get_payment(
 ) -> Response:
     """Any merchant's payment by id, with its merchant, every attempt and both transition logs
     (payment and instructions): what support staff need to answer "what happened?"."""
-    payment = await c.store.get_payment_by_id(payment_id)
-    if payment is None:
+    view = await c.store.view_by_id(payment_id)
+    if view is None:
         raise NotFound(f"no payment {payment_id}")
-    view = await c.store.payment_view(payment)
+    payment = view.payment
     body = payment_json(view)
     body["merchant_id"] = payment.merchant_id
     body["transitions"] = _log(await c.store.transition_log(Entity.PAYMENT, payment.id))

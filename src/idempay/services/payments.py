@@ -278,12 +278,11 @@ class Payments(MoneyFlow):
             )
             if moved and on_close is not None:
                 await on_close(tx, current)
-        latest = await self._must_get(merchant_id, biz_no)
+        latest = await self.get(merchant_id, biz_no)
         if not moved:
-            raise InvalidState(
-                f"close needs INIT or FAILED, payment is {latest.status}", status=latest.status
-            )
-        return await self.store.payment_view(latest)
+            status = latest.payment.status
+            raise InvalidState(f"close needs INIT or FAILED, payment is {status}", status=status)
+        return latest
 
     async def _must_get(self, merchant_id: str, biz_no: str) -> Payment:
         payment = await self.store.get_payment(merchant_id, check_identifier(biz_no, "biz_no"))
