@@ -60,8 +60,7 @@ class Container:
             ttl_s=float(self.settings.idempotency_ttl_s),
             in_flight_s=self.settings.channel_timeout_s + IN_FLIGHT_MARGIN_S,
         )
-        records = SqlIdempotencyRecords(self.engine, self.store.autocommit)
-        self.idempotency = Idempotency(records, self.clock, policy)
+        self.idempotency = Idempotency(SqlIdempotencyRecords(self.store), self.clock, policy)
         money = (self.store, self.channels, self.clock, self.payments.policy)
         self.refunds = Refunds(*money, lock=self.lock)
         self.splits = Splits(*money, lock=self.lock)

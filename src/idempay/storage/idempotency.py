@@ -3,21 +3,18 @@ transaction, answer, replay, expire. SQLAlchemy Core, the same on every dialect.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from idempay.domain.errors import DuplicateKey
 from idempay.domain.ports import IdempotencyRecord, Tx
 from idempay.storage import tables as t
-from idempay.storage.sqlite import WRITE_OPTION
-from idempay.storage.store import SqlTx
+from idempay.storage.store import SqlStore, SqlTx
 
 _COLS = [f.name for f in fields(IdempotencyRecord)]
 _k = t.idempotency_keys
@@ -52,14 +49,11 @@ class SqlIdempotencyRecords:
     """The IdempotencyRecords port. The primary key (merchant_id, key) is the arbiter: of many
     concurrent first uses of one key, exactly one insert succeeds."""
 
-    def __init__(self, engine: AsyncEngine, autocommit: AsyncEngine | None = None) -> None:
-        self.engine = engine
-        # one-statement reads and writes: one round trip each (storage/engine.py); SQLite has
-        # none and writes through `engine`, whose transactions begin IMMEDIATE
-        self.autocommit = autocommit
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
 
     async def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
-        async with (self.autocommit or self.engine).connect() as conn:
+        async with self.store.reads.connect() as conn:
             row = (await conn.execute(_GET, {"m": merchant_id, "k": key})).first()
         return _record(row) if row else None
 
@@ -71,12 +65,12 @@ class SqlIdempotencyRecords:
 
     async def complete(self, merchant_id: str, key: str, status: int, body: str) -> bool:
         params = {"m": merchant_id, "k": key, "v_status": status, "v_body": body}
-        async with self._one_write() as conn:
+        async with self.store.standalone() as conn:
             return bool((await conn.execute(_COMPLETE, params)).rowcount == 1)
 
     async def remember(self, record: IdempotencyRecord) -> bool:
         try:
-            async with self._one_write() as conn:
+            async with self.store.standalone() as conn:
                 await conn.execute(_INSERT, _params(record))
         except IntegrityError:
             return False
@@ -84,32 +78,15 @@ class SqlIdempotencyRecords:
 
     async def forget_expired(self, merchant_id: str, key: str, now: datetime) -> None:
         stmt = delete(_k).where(_c.merchant_id == merchant_id, _c.key == key, _c.expires_at <= now)
-        async with self._one_write() as conn:
+        async with self.store.standalone() as conn:
             await conn.execute(stmt)
 
     async def purge_expired(self, now: datetime, limit: int) -> int:
         due = select(_c.merchant_id, _c.key).where(_c.expires_at <= now).limit(limit)
-        async with self._write() as conn:
+        async with self.store.begin() as tx:
+            conn = tx.conn
             keys = [(r.merchant_id, r.key) for r in (await conn.execute(due)).all()]
             if keys:
                 due_keys = tuple_(_c.merchant_id, _c.key).in_(keys)
                 await conn.execute(delete(_k).where(due_keys, _c.expires_at <= now))
         return len(keys)
-
-    @asynccontextmanager
-    async def _one_write(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for one write statement: autocommit where there is one."""
-        if self.autocommit is None:
-            async with self._write() as conn:
-                yield conn
-        else:
-            async with self.autocommit.connect() as conn:
-                yield conn
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        """One short write transaction (SQLite: BEGIN IMMEDIATE), committed on a clean exit."""
-        async with self.engine.connect() as conn:
-            await conn.execution_options(**{WRITE_OPTION: True})
-            async with conn.begin():
-                yield conn

@@ -416,6 +416,17 @@ class SqlStore(BalancesStore):
                 await tx.flush()
 
     @asynccontextmanager
+    async def standalone(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for a write that is one statement: autocommit (one round trip, no BEGIN
+        and COMMIT) where there is an autocommit pool, else a transaction of its own (SQLite)."""
+        if self.autocommit is not None:
+            async with self.autocommit.connect() as conn:
+                yield conn
+        else:
+            async with self.begin() as tx:
+                yield tx.conn
+
+    @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
         async with self.reads.connect() as conn:
             yield conn

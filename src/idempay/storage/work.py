@@ -7,8 +7,7 @@ IMMEDIATE), so the lease alone does the same job.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -140,7 +139,7 @@ async def finish_event(
     }
     if status == "DELIVERED":
         values["delivered_at"] = now
-    async with _one_statement(store) as conn:
+    async with store.standalone() as conn:
         await conn.execute(update(t.outbox).where(t.outbox.c.seq == seq).values(**values))
 
 
@@ -155,7 +154,7 @@ async def skip_events(store: SqlStore, seqs: list[int], *, error: str) -> int:
         .where(o.seq.in_(seqs), o.status == "PENDING")
         .values(status="SKIPPED", last_error=error, lease_until=None, next_attempt_at=None)
     )
-    async with _one_statement(store) as conn:
+    async with store.standalone() as conn:
         return int((await conn.execute(stmt)).rowcount)
 
 
@@ -179,18 +178,6 @@ async def close_reviews(
         )
     )
     return int((await tx.conn.execute(stmt)).rowcount)
-
-
-@asynccontextmanager
-async def _one_statement(store: SqlStore) -> AsyncIterator[AsyncConnection]:
-    """A connection for a write that stands alone: autocommit (one round trip, no BEGIN and
-    COMMIT) where there is an autocommit pool, else a transaction of its own (SQLite)."""
-    if store.autocommit is not None:
-        async with store.autocommit.connect() as conn:
-            yield conn
-    else:
-        async with store.begin() as tx:
-            yield tx.conn
 
 
 class SqlWorkQueue:
