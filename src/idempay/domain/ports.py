@@ -228,6 +228,12 @@ class Tx(Protocol):
         """Close the UNRESOLVED review of an instruction, if one is open."""
         ...
 
+    async def close_reviews(
+        self, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
+    ) -> int:
+        """`close_review` of each of `request_ids`, in one statement; the number closed."""
+        ...
+
     async def open_discrepancy_review(self, d: Discrepancy, reason: str) -> bool: ...
 
     async def resolve_review(self, review_id: str, outcome: str, note: str, by: str) -> bool:

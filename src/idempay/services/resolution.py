@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -29,14 +29,6 @@ from idempay.services.outcomes import Applied, Evidence, apply_outcome
 log = structlog.get_logger(__name__)
 I = InstructionStatus
 Note = tuple[str, dict[str, Any]] | None  # a log line to write once the transaction commits
-
-
-class ResolutionQueue(WorkQueue, Protocol):
-    async def close_reviews(
-        self, tx: Tx, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
-    ) -> int:
-        """`tx.close_review` of each of `request_ids`, in one statement of `tx`."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +77,7 @@ class Resolver:
     def __init__(
         self,
         store: Store,
-        queue: ResolutionQueue,
+        queue: WorkQueue,
         channels: Mapping[str, Channel],
         clock: Clock,
         worker_id: str,
@@ -198,7 +190,7 @@ class Resolver:
         resolved: dict[tuple[str, str], list[str]] = defaultdict(list)  # (outcome, how) -> ids
         notes = [await self._write(tx, f, resolved) for f in findings]
         for (outcome, how), ids in resolved.items():
-            await self.queue.close_reviews(tx, ids, outcome, f"resolved by {how}", self.actor)
+            await tx.close_reviews(ids, outcome, f"resolved by {how}", self.actor)
         return notes
 
     async def _write(self, tx: Tx, f: Finding, resolved: dict[tuple[str, str], list[str]]) -> Note:

@@ -338,10 +338,17 @@ class SqlTx(BalancesTx):
     async def close_review(
         self, request_id: str, outcome: str, note: str, resolved_by: str
     ) -> bool:
+        return await self.close_reviews([request_id], outcome, note, resolved_by) == 1
+
+    async def close_reviews(
+        self, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
+    ) -> int:
+        if not request_ids:
+            return 0
         c = t.reviews.c
         stmt = (
             update(t.reviews)
-            .where(c.request_id == request_id, c.kind == "UNRESOLVED", c.status == "OPEN")
+            .where(c.request_id.in_(request_ids), c.kind == "UNRESOLVED", c.status == "OPEN")
             .values(
                 status="RESOLVED",
                 outcome=outcome,
@@ -350,7 +357,7 @@ class SqlTx(BalancesTx):
                 resolved_at=self.clock.now(),
             )
         )
-        return (await self.conn.execute(stmt)).rowcount == 1
+        return int((await self.conn.execute(stmt)).rowcount)
 
 
 AGE_BUCKETS = ((60, "1m"), (900, "15m"), (3600, "1h"), (86400, "24h"))

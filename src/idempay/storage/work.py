@@ -7,7 +7,6 @@ IMMEDIATE), so the lease alone does the same job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,10 +15,9 @@ from sqlalchemy import Select, and_, case, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from idempay.domain.model import Instruction
-from idempay.domain.ports import Tx
 from idempay.domain.states import LIVE_INSTRUCTION, InstructionStatus
 from idempay.storage import tables as t
-from idempay.storage.store import SqlStore, SqlTx, to_instruction
+from idempay.storage.store import SqlStore, to_instruction
 
 
 def _lockable(q: Select[Any], conn: AsyncConnection) -> Select[Any]:
@@ -158,28 +156,6 @@ async def skip_events(store: SqlStore, seqs: list[int], *, error: str) -> int:
         return int((await conn.execute(stmt)).rowcount)
 
 
-async def close_reviews(
-    tx: SqlTx, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
-) -> int:
-    """`tx.close_review` of each of `request_ids` (the same outcome, note and author), in one
-    statement: their open UNRESOLVED review items resolved. The number closed."""
-    if not request_ids:
-        return 0
-    c = t.reviews.c
-    stmt = (
-        update(t.reviews)
-        .where(c.request_id.in_(request_ids), c.kind == "UNRESOLVED", c.status == "OPEN")
-        .values(
-            status="RESOLVED",
-            outcome=outcome,
-            note=note[:1000],
-            resolved_by=resolved_by[:64],
-            resolved_at=tx.clock.now(),
-        )
-    )
-    return int((await tx.conn.execute(stmt)).rowcount)
-
-
 class SqlWorkQueue:
     """The WorkQueue port over the functions above."""
 
@@ -230,9 +206,3 @@ class SqlWorkQueue:
 
     async def skip_events(self, seqs: list[int], *, error: str) -> int:
         return await skip_events(self.store, seqs, error=error)
-
-    async def close_reviews(
-        self, tx: Tx, request_ids: Sequence[str], outcome: str, note: str, resolved_by: str
-    ) -> int:
-        assert isinstance(tx, SqlTx)  # a transaction of self.store
-        return await close_reviews(tx, request_ids, outcome, note, resolved_by)
